@@ -1,0 +1,221 @@
+//! Decisions: what a check answers, per policy and in aggregate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
+///
+/// Durations are exact values rounded **up** to whole nanoseconds, so rounding them up again
+/// to milliseconds or seconds gives exactly the exact value rounded up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyDecision {
+    pub(crate) name: Arc<str>,
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) reset_after: Duration,
+    pub(crate) delay: Duration,
+}
+
+impl PolicyDecision {
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this policy, on its own, admits the request.
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Units still available under this policy after the decision (see `SEMANTICS.md` for
+    /// each algorithm's definition). When the request is denied overall, nothing was
+    /// consumed and this is the count before it.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// `Some(Duration::ZERO)` when this policy admits; when it denies, `Some(d)` with d the
+    /// smallest wait after which the same request would be admitted if nothing else arrived;
+    /// `None` when no wait can help (the cost exceeds the policy's capacity).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// How long until this policy's state for the key equals a fresh key's, if nothing else
+    /// arrives.
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// Leaky bucket only: how long the admitted request waits for the queue ahead of it to
+    /// drain. Zero for every other algorithm and for denied requests.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+}
+
+/// The answer to one check of a key against one or more policies.
+///
+/// The request is admitted only if every policy admits it, and a denied request consumes
+/// from none of them. The aggregate fields follow `SEMANTICS.md`: the largest `retry_after`
+/// among the denying policies (`None`, "never", if any says never), the largest `delay`, and
+/// the `remaining` and `reset_after` of the *binding* policy — the one with the smallest
+/// `remaining`, ties broken by the largest `reset_after` (the first such in policy order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    allowed: bool,
+    retry_after: Option<Duration>,
+    delay: Duration,
+    binding: usize,
+    policies: Vec<PolicyDecision>,
+}
+
+impl Decision {
+    /// Aggregates per-policy results (in policy order) as `SEMANTICS.md` says.
+    ///
+    /// `policies` must not be empty; an empty list yields a decision that allows with
+    /// `remaining` 0 (backends refuse empty policy lists before getting here).
+    pub fn from_policies(policies: Vec<PolicyDecision>) -> Self {
+        let allowed = policies.iter().all(|p| p.allowed);
+        let retry_after = if allowed {
+            Some(Duration::ZERO)
+        } else {
+            policies
+                .iter()
+                .filter(|p| !p.allowed)
+                .try_fold(Duration::ZERO, |acc, p| p.retry_after.map(|r| acc.max(r)))
+        };
+        let delay = if allowed {
+            policies
+                .iter()
+                .map(|p| p.delay)
+                .max()
+                .unwrap_or(Duration::ZERO)
+        } else {
+            Duration::ZERO
+        };
+        let mut binding = 0;
+        for (i, p) in policies.iter().enumerate().skip(1) {
+            let b = &policies[binding];
+            if p.remaining < b.remaining
+                || (p.remaining == b.remaining && p.reset_after > b.reset_after)
+            {
+                binding = i;
+            }
+        }
+        Decision {
+            allowed,
+            retry_after,
+            delay,
+            binding,
+            policies,
+        }
+    }
+
+    /// Whether the request is admitted (by every policy).
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The binding policy's `remaining` (units).
+    pub fn remaining(&self) -> u64 {
+        self.binding().map_or(0, |p| p.remaining)
+    }
+
+    /// `Some(Duration::ZERO)` when admitted; when denied, the largest `retry_after` of the
+    /// denying policies, or `None` if any of them can never admit the request.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The binding policy's `reset_after`.
+    pub fn reset_after(&self) -> Duration {
+        self.binding().map_or(Duration::ZERO, |p| p.reset_after)
+    }
+
+    /// The largest `delay` among the policies (leaky bucket only; zero when denied).
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The binding policy's own result: the one with the smallest `remaining`, ties broken by
+    /// the largest `reset_after`.
+    pub fn binding(&self) -> Option<&PolicyDecision> {
+        self.policies.get(self.binding)
+    }
+
+    /// Each policy's own result, in the order the policies were given.
+    pub fn policies(&self) -> &[PolicyDecision] {
+        &self.policies
+    }
+
+    /// The policies that deny the request, in policy order (empty when admitted).
+    pub fn violated(&self) -> impl Iterator<Item = &PolicyDecision> {
+        self.policies.iter().filter(|p| !p.allowed)
+    }
+}
+
+/// Rounds the exact duration `num / den` milliseconds up to whole nanoseconds.
+///
+/// `den` must be non-zero; callers pass a limit or a window count, both ≥ 1.
+pub(crate) fn ms_ratio(num: u128, den: u128) -> Duration {
+    let den = den.max(1);
+    let ns = (num * 1_000_000).div_ceil(den);
+    // ns ≤ 2^53 ms × 10^6 < 2^73: seconds fit in u64 with room to spare.
+    let secs = (ns / 1_000_000_000) as u64;
+    let nanos = (ns % 1_000_000_000) as u32;
+    Duration::new(secs, nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pd(
+        name: &str,
+        allowed: bool,
+        remaining: u64,
+        retry: Option<u64>,
+        reset: u64,
+    ) -> PolicyDecision {
+        PolicyDecision {
+            name: Arc::from(name),
+            allowed,
+            remaining,
+            retry_after: retry.map(Duration::from_millis),
+            reset_after: Duration::from_millis(reset),
+            delay: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn aggregate_takes_binding_policy_and_largest_retry() {
+        let d = Decision::from_policies(vec![
+            pd("a", false, 0, Some(100), 500),
+            pd("b", false, 0, Some(300), 900),
+            pd("c", true, 4, Some(0), 50),
+        ]);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(300)));
+        assert_eq!(d.binding().unwrap().name(), "b");
+        assert_eq!(d.reset_after(), Duration::from_millis(900));
+        assert_eq!(d.violated().count(), 2);
+
+        let never = Decision::from_policies(vec![
+            pd("a", false, 0, Some(100), 500),
+            pd("b", false, 3, None, 900),
+        ]);
+        assert_eq!(never.retry_after(), None);
+        assert_eq!(never.binding().unwrap().name(), "a");
+    }
+
+    #[test]
+    fn ms_ratio_rounds_up_to_nanoseconds() {
+        assert_eq!(ms_ratio(1, 3), Duration::from_nanos(333_334));
+        assert_eq!(ms_ratio(3000, 3), Duration::from_secs(1));
+        assert_eq!(ms_ratio(0, 7), Duration::ZERO);
+        let big = ms_ratio(u128::from(crate::MAX_EXACT), 1);
+        assert_eq!(big.as_millis(), u128::from(crate::MAX_EXACT));
+    }
+}

@@ -1,0 +1,51 @@
+//! Exact rate-limiting decisions for [turnstile]: policies, the six algorithms as pure state
+//! transitions, clocks, the [`Backend`] trait and the in-memory backend.
+//!
+//! Nothing here knows about HTTP or Redis; the `turnstile` crate puts this behind a tower
+//! layer, and `turnstile-redis` runs the same transitions in Redis Lua. Every decision
+//! follows the project's `SEMANTICS.md` to the unit: integer arithmetic with the emission
+//! interval T = P / L never rounded, so no drift over any run.
+//!
+//! ```
+//! use std::time::Duration;
+//! use turnstile_core::{ManualClock, MemoryBackend, Policy};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // 10 per second and 100 per hour, checked together: all-or-nothing.
+//! let policies = [
+//!     Policy::token_bucket(10, Duration::from_secs(1))?.with_name("per-second")?,
+//!     "sliding-window:limit=100,period=1h,name=per-hour".parse()?,
+//! ];
+//! let clock = ManualClock::new(1_700_000_000_000);
+//! let backend = MemoryBackend::builder().clock(clock.clone()).build();
+//!
+//! let admitted = (0..12)
+//!     .filter(|_| backend.decide("alice", &policies, 1).map_or(false, |d| d.allowed()))
+//!     .count();
+//! assert_eq!(admitted, 10);
+//!
+//! let denied = backend.decide("alice", &policies, 1)?;
+//! assert!(!denied.allowed());
+//! assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
+//! assert_eq!(denied.violated().next().map(|p| p.name()), Some("per-second"));
+//! # Ok(()) }
+//! ```
+//!
+//! [turnstile]: https://docs.rs/turnstile
+
+pub mod algorithm;
+mod backend;
+mod clock;
+mod decision;
+mod memory;
+mod policy;
+
+pub use algorithm::{Evaluation, State};
+pub use backend::{Backend, BackendError, BoxError};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, PolicyDecision};
+pub use memory::{MemoryBackend, MemoryBackendBuilder};
+pub use policy::{
+    format_duration_ms, parse_duration, Algorithm, InvalidPolicy, Policy, MAX_EXACT, MAX_LIMIT,
+    MAX_PERIOD_MS, MAX_REQUEST_VALUE,
+};

@@ -1,0 +1,490 @@
+//! The in-memory backend: state for one process, shared by every clone.
+
+use std::fmt;
+use std::future::{ready, Ready};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use indexmap::IndexMap;
+
+use crate::algorithm::{evaluate, Evaluation, State};
+use crate::backend::{Backend, BackendError};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Decision, PolicyDecision};
+use crate::policy::Policy;
+
+/// How many entries each check looks at for expiry, beyond the one it uses.
+const SWEEP_PER_CHECK: usize = 2;
+
+/// How many entries of each other shard a check at the key cap looks at for expiry.
+const SWEEP_AT_CAP: usize = 8;
+
+/// The in-memory [`Backend`]: every algorithm, exact, for one process.
+///
+/// State is keyed by client key and policy name and shared by every clone (clones are
+/// cheap: one `Arc`). Keys are spread over mutex-guarded shards; one check locks one shard
+/// once, so a check against several policies is all-or-nothing and many tasks and threads on
+/// one key never overshoot a limit.
+///
+/// # Memory
+/// A key's state is dropped once its `reset_after` has passed: every check also inspects
+/// two other entries of its shard, round-robin, and drops those that have expired, so idle
+/// keys are reclaimed without a background task and without scanning everything on the hot
+/// path. A key with one bucket or window policy costs about 200 bytes plus the key's length
+/// (measured by the `bytes_per_key` test); a sliding-log policy adds 16 bytes per distinct
+/// millisecond logged (at most min(limit, period in ms) entries). With
+/// [`MemoryBackendBuilder::max_keys`], a check that would track one key more than the cap
+/// fails with [`BackendError::CapacityExceeded`] (after first dropping the expired keys of
+/// its shard, and up to 8 of each other shard) instead of evicting live state, which would over-admit.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use turnstile_core::{ManualClock, MemoryBackend, Policy};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let clock = ManualClock::new(0);
+/// let backend = MemoryBackend::builder().clock(clock.clone()).build();
+/// let per_second = Policy::token_bucket(2, Duration::from_secs(1))?;
+///
+/// assert!(backend.decide("alice", &[per_second.clone()], 1)?.allowed());
+/// assert!(backend.decide("alice", &[per_second.clone()], 1)?.allowed());
+/// let denied = backend.decide("alice", &[per_second.clone()], 1)?;
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(500)));
+///
+/// clock.advance(Duration::from_millis(500));
+/// assert!(backend.decide("alice", &[per_second], 1)?.allowed());
+/// # Ok(()) }
+/// ```
+pub struct MemoryBackend<C = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for MemoryBackend<C> {
+    fn clone(&self) -> Self {
+        MemoryBackend {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> fmt::Debug for MemoryBackend<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("keys", &self.len())
+            .field("max_keys", &self.inner.max_keys)
+            .field("shards", &self.inner.shards.len())
+            .finish()
+    }
+}
+
+struct Inner<C> {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    clock: C,
+    max_keys: Option<usize>,
+    keys: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: IndexMap<Box<str>, Entry>,
+    cursor: usize,
+}
+
+struct Entry {
+    /// Max of the slots' `expires_ms`.
+    expires_ms: u64,
+    slots: Vec<Slot>,
+}
+
+struct Slot {
+    name: Arc<str>,
+    fingerprint: u64,
+    expires_ms: u64,
+    state: State,
+}
+
+impl Entry {
+    fn slot(&self, p: &Policy) -> Option<&Slot> {
+        self.slots.iter().find(|s| *s.name == *p.name())
+    }
+}
+
+/// Configures a [`MemoryBackend`]: its clock, its cap on tracked keys, its shard count.
+#[derive(Debug)]
+#[must_use]
+pub struct MemoryBackendBuilder<C = SystemClock> {
+    clock: C,
+    max_keys: Option<usize>,
+    shards: usize,
+}
+
+impl MemoryBackend<SystemClock> {
+    /// A backend on the system clock with no cap on tracked keys.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A builder, starting from the system clock, no key cap and 64 shards.
+    pub fn builder() -> MemoryBackendBuilder<SystemClock> {
+        MemoryBackendBuilder {
+            clock: SystemClock,
+            max_keys: None,
+            shards: 64,
+        }
+    }
+}
+
+impl Default for MemoryBackend<SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C> MemoryBackendBuilder<C> {
+    /// Uses `clock` for [`Backend::check`] (not for [`Backend::check_at`], which is given the
+    /// time).
+    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryBackendBuilder<C2> {
+        MemoryBackendBuilder {
+            clock,
+            max_keys: self.max_keys,
+            shards: self.shards,
+        }
+    }
+
+    /// Caps the number of keys tracked at once; `None` (the default) for no cap. At the cap,
+    /// a check that would add a key fails with [`BackendError::CapacityExceeded`].
+    pub fn max_keys(mut self, max_keys: impl Into<Option<usize>>) -> Self {
+        self.max_keys = max_keys.into();
+        self
+    }
+
+    /// Sets the number of independently locked shards (default 64; at least 1).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.max(1);
+        self
+    }
+
+    /// Builds the backend.
+    pub fn build(self) -> MemoryBackend<C> {
+        MemoryBackend {
+            inner: Arc::new(Inner {
+                shards: (0..self.shards).map(|_| Mutex::default()).collect(),
+                hasher: RandomState::new(),
+                clock: self.clock,
+                max_keys: self.max_keys,
+                keys: AtomicUsize::new(0),
+            }),
+        }
+    }
+}
+
+impl<C> MemoryBackend<C> {
+    /// The number of keys currently tracked (including expired ones not yet dropped).
+    pub fn len(&self) -> usize {
+        self.inner.keys.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key whose state has expired at `now_ms`, scanning every shard. Checks do
+    /// this incrementally on their own; call this only to reclaim memory at once (tests,
+    /// maintenance). Returns how many keys were dropped.
+    pub fn purge_expired(&self, now_ms: u64) -> usize {
+        let mut dropped = 0;
+        for shard in self.inner.shards.iter() {
+            let mut shard = lock(shard);
+            let before = shard.map.len();
+            shard.map.retain(|_, e| e.expires_ms > now_ms);
+            dropped += before - shard.map.len();
+        }
+        self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
+        dropped
+    }
+
+    /// Checks `key` against `policies` at time `now_ms`, synchronously. This is what
+    /// [`Backend::check_at`] runs.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] when `policies` is empty;
+    /// [`BackendError::CapacityExceeded`] when admitting would track a key beyond the cap.
+    /// An error changes no state.
+    pub fn decide_at(
+        &self,
+        key: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        if policies.is_empty() {
+            return Err(BackendError::InvalidRequest(
+                "a check needs at least one policy".into(),
+            ));
+        }
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let mut shard = lock(&inner.shards[(hash as usize) % inner.shards.len()]);
+        self.sweep(&mut shard, now_ms, SWEEP_PER_CHECK);
+
+        let fresh = State::new();
+        let entry = shard.map.get(key);
+        let state_for = |p: &Policy| -> &State {
+            entry
+                .and_then(|e| e.slot(p))
+                .filter(|s| s.fingerprint == p.fingerprint())
+                .map_or(&fresh, |s| &s.state)
+        };
+        let evals: Vec<Evaluation> = policies
+            .iter()
+            .map(|p| evaluate(p, state_for(p), now_ms, cost))
+            .collect();
+        let admitted = evals.iter().all(|e| e.decision().allowed());
+        if !admitted || !evals.iter().any(Evaluation::changes_state) {
+            return Ok(Decision::from_policies(
+                evals.into_iter().map(Evaluation::into_decision).collect(),
+            ));
+        }
+
+        if !shard.map.contains_key(key) {
+            self.reserve_key(&mut shard, now_ms)?;
+            shard.map.insert(
+                Box::from(key),
+                Entry {
+                    expires_ms: 0,
+                    slots: Vec::with_capacity(policies.len()),
+                },
+            );
+        }
+        let entry = shard
+            .map
+            .get_mut(key)
+            .expect("the entry was found or inserted above while the shard is locked");
+        let decisions: Vec<PolicyDecision> = policies
+            .iter()
+            .zip(evals)
+            .map(|(p, eval)| {
+                let expires_ms = eval.expires_at_ms();
+                let changes = eval.changes_state();
+                let slot = match entry.slots.iter().position(|s| *s.name == *p.name()) {
+                    Some(i) => &mut entry.slots[i],
+                    None => {
+                        entry.slots.push(Slot {
+                            name: Arc::clone(p.name_arc()),
+                            fingerprint: p.fingerprint(),
+                            expires_ms: 0,
+                            state: State::new(),
+                        });
+                        entry.slots.last_mut().expect("just pushed")
+                    }
+                };
+                if slot.fingerprint != p.fingerprint() {
+                    // The policy's parameters changed: the key starts fresh under the new ones.
+                    slot.fingerprint = p.fingerprint();
+                    slot.state = State::new();
+                }
+                if changes {
+                    slot.expires_ms = expires_ms;
+                }
+                eval.apply(&mut slot.state)
+            })
+            .collect();
+        entry.slots.retain(|s| s.expires_ms > now_ms);
+        entry.expires_ms = entry.slots.iter().map(|s| s.expires_ms).max().unwrap_or(0);
+        Ok(Decision::from_policies(decisions))
+    }
+
+    /// Looks at up to `n` entries of `shard` for expiry, dropping expired ones.
+    fn sweep(&self, shard: &mut Shard, now_ms: u64, n: usize) {
+        let dropped = shard.sweep(now_ms, n);
+        if dropped > 0 {
+            self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
+        }
+    }
+
+    /// Reserves room for one more key, dropping the shard's expired keys first when at the cap.
+    fn reserve_key(&self, shard: &mut Shard, now_ms: u64) -> Result<(), BackendError> {
+        let keys = &self.inner.keys;
+        let Some(max) = self.inner.max_keys else {
+            keys.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        let reserve = || {
+            keys.fetch_update(Ordering::AcqRel, Ordering::Acquire, |k| {
+                (k < max).then_some(k + 1)
+            })
+            .is_ok()
+        };
+        if reserve() {
+            return Ok(());
+        }
+        // At the cap: drop every expired key of this shard, and a few of every other shard
+        // that is free right now (never waiting on another lock while holding this one).
+        let len = shard.map.len();
+        self.sweep(shard, now_ms, len);
+        for other in self.inner.shards.iter() {
+            if let Ok(mut other) = other.try_lock() {
+                self.sweep(&mut other, now_ms, SWEEP_AT_CAP);
+            }
+        }
+        if reserve() {
+            return Ok(());
+        }
+        Err(BackendError::CapacityExceeded { max_keys: max })
+    }
+}
+
+impl<C: Clock> MemoryBackend<C> {
+    /// Checks `key` against `policies` at the backend clock's current time, synchronously.
+    ///
+    /// # Errors
+    /// As [`MemoryBackend::decide_at`].
+    pub fn decide(
+        &self,
+        key: &str,
+        policies: &[Policy],
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        self.decide_at(key, policies, cost, self.inner.clock.now_ms())
+    }
+
+    /// The backend's clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+}
+
+impl<C: Clock> Backend for MemoryBackend<C> {
+    type Future = Ready<Result<Decision, BackendError>>;
+
+    fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Self::Future {
+        ready(self.decide(key, policies, cost))
+    }
+
+    fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future {
+        ready(self.decide_at(key, policies, cost, now_ms))
+    }
+}
+
+impl Shard {
+    /// Looks at up to `n` entries from the cursor on, dropping those expired at `now_ms`.
+    /// Returns how many were dropped.
+    fn sweep(&mut self, now_ms: u64, n: usize) -> usize {
+        let mut dropped = 0;
+        for _ in 0..n {
+            let len = self.map.len();
+            if len == 0 {
+                break;
+            }
+            let i = self.cursor % len;
+            if self.map[i].expires_ms <= now_ms {
+                self.map.swap_remove_index(i);
+                dropped += 1;
+            } else {
+                self.cursor = i + 1;
+            }
+        }
+        dropped
+    }
+}
+
+/// Locks a shard. A poisoned lock (a panic elsewhere while it was held) is taken over: every
+/// state transition here completes before any state is written, so the map is consistent.
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::time::Duration;
+
+    fn p(s: &str) -> Policy {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn idle_keys_are_dropped_incrementally() {
+        let b = MemoryBackend::builder().shards(1).build();
+        let pol = [p("fixed-window:limit=5,period=1s")];
+        for i in 0..100 {
+            b.decide_at(&format!("k{i}"), &pol, 1, 0).unwrap();
+        }
+        assert_eq!(b.len(), 100);
+        // A day later, traffic on one key sweeps the idle ones a few at a time.
+        for _ in 0..60 {
+            b.decide_at("hot", &pol, 0, 86_400_000).unwrap();
+        }
+        assert!(b.len() <= 1, "{} keys left", b.len());
+    }
+
+    #[test]
+    fn key_cap_is_a_typed_error_and_never_evicts_live_state() {
+        let clock = ManualClock::new(0);
+        let b = MemoryBackend::builder()
+            .clock(clock.clone())
+            .max_keys(2)
+            .build();
+        let pol = [p("token-bucket:limit=1,period=1m")];
+        assert!(b.decide("a", &pol, 1).unwrap().allowed());
+        assert!(b.decide("b", &pol, 1).unwrap().allowed());
+        assert!(matches!(
+            b.decide("c", &pol, 1),
+            Err(BackendError::CapacityExceeded { max_keys: 2 })
+        ));
+        // Existing keys still decide, and stay denied: nothing was evicted.
+        assert!(!b.decide("a", &pol, 1).unwrap().allowed());
+        // Queries and denials on a new key need no room.
+        assert!(b.decide("c", &pol, 0).unwrap().allowed());
+        // Once the old keys expire, there is room again.
+        clock.advance(Duration::from_secs(60));
+        assert!(b.decide("c", &pol, 1).unwrap().allowed());
+        assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn changed_policy_parameters_start_fresh() {
+        let b = MemoryBackend::new();
+        let small = p("token-bucket:limit=1,period=1m,name=x");
+        let big = p("token-bucket:limit=5,period=1m,name=x");
+        assert!(b.decide_at("k", &[small.clone()], 1, 0).unwrap().allowed());
+        assert!(!b.decide_at("k", &[small], 1, 0).unwrap().allowed());
+        assert_eq!(b.decide_at("k", &[big], 1, 0).unwrap().remaining(), 4);
+    }
+
+    #[test]
+    fn many_threads_on_one_key_never_overshoot() {
+        for alg in crate::Algorithm::ALL {
+            let b = MemoryBackend::new();
+            let pol = [Policy::new(alg, 100, Duration::from_secs(3600)).unwrap()];
+            let admitted = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..8 {
+                    s.spawn(|| {
+                        for _ in 0..50 {
+                            if b.decide_at("k", &pol, 1, 1_000).unwrap().allowed() {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(admitted.load(Ordering::Relaxed), 100, "{alg}");
+        }
+    }
+
+    #[test]
+    fn empty_policy_list_is_an_error() {
+        assert!(matches!(
+            MemoryBackend::new().decide_at("k", &[], 1, 0),
+            Err(BackendError::InvalidRequest(_))
+        ));
+    }
+}
