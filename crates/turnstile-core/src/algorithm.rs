@@ -244,6 +244,36 @@ pub fn evaluate(policy: &Policy, state: &State, t_ms: u64, cost: u64) -> Evaluat
     }
 }
 
+/// Evaluates one request of `cost` units at `t_ms` against every policy at once, with the
+/// all-or-nothing semantics of `SEMANTICS.md`: `state_of(i)` is policy `i`'s state. If any
+/// policy denies, nothing is to be consumed, so each policy that would have admitted reports
+/// its fields as if nothing were consumed (its current `remaining` and `reset_after`, no
+/// `delay`) and no evaluation changes state. Apply every returned evaluation to its state
+/// (denied ones change nothing) and aggregate with [`Decision::from_policies`](crate::Decision::from_policies).
+pub fn evaluate_all<'s>(
+    policies: &[Policy],
+    state_of: impl Fn(usize) -> &'s State,
+    t_ms: u64,
+    cost: u64,
+) -> Vec<Evaluation> {
+    let mut evals: Vec<Evaluation> = policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| evaluate(p, state_of(i), t_ms, cost))
+        .collect();
+    if evals.iter().all(|e| e.decision.allowed) {
+        return evals;
+    }
+    for (i, e) in evals.iter_mut().enumerate() {
+        if e.decision.allowed && e.update != Update::None {
+            let mut query = evaluate(&policies[i], state_of(i), t_ms, 0);
+            query.decision.delay = Duration::ZERO;
+            *e = query;
+        }
+    }
+    evals
+}
+
 /// An exact duration of `num / den` milliseconds.
 #[derive(Clone, Copy, Debug)]
 struct Exact {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 
-use crate::algorithm::{evaluate, Evaluation, State};
+use crate::algorithm::{evaluate_all, Evaluation, State};
 use crate::backend::{Backend, BackendError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PolicyDecision};
@@ -239,10 +239,7 @@ impl<C> MemoryBackend<C> {
                 .filter(|s| s.fingerprint == p.fingerprint())
                 .map_or(&fresh, |s| &s.state)
         };
-        let evals: Vec<Evaluation> = policies
-            .iter()
-            .map(|p| evaluate(p, state_for(p), now_ms, cost))
-            .collect();
+        let evals = evaluate_all(policies, |i| state_for(&policies[i]), now_ms, cost);
         let admitted = evals.iter().all(|e| e.decision().allowed());
         if !admitted || !evals.iter().any(Evaluation::changes_state) {
             return Ok(Decision::from_policies(

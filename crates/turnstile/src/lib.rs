@@ -1,1 +1,50 @@
-//! placeholder
+//! Rate limiting for tower services — axum routers, tonic servers, plain hyper — done
+//! properly: exact algorithms, one line to add, standard responses.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use std::time::Duration;
+//! use axum::{routing::get, Router};
+//! use turnstile::{Policy, RateLimitLayer};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // 10 requests per 60 s per client IP, in memory.
+//!     let per_ip = Policy::token_bucket(10, Duration::from_secs(60))?.with_name("per-ip")?;
+//!     let app = Router::new()
+//!         .route("/", get(|| async { "hello\n" }))
+//!         .layer(RateLimitLayer::new(per_ip));
+//!
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     // The client's address is the key: serve with connect info.
+//!     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Every admitted response carries `RateLimit-Policy` and `RateLimit` headers
+//! (draft-ietf-httpapi-ratelimit-headers-10); a denied request gets `429 Too Many Requests`
+//! with `Retry-After` (RFC 9110) and an RFC 9457 problem body, and never reaches the inner
+//! service. See [`RateLimitLayer`].
+//!
+//! The algorithms, policies and backends come from [`turnstile_core`], re-exported here.
+
+mod body;
+mod future;
+pub mod headers;
+mod key;
+mod layer;
+mod response;
+mod service;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+pub use key::{KeyError, KeyExtractor, PeerIp};
+pub use layer::{ConfigError, FailurePolicy, RateLimitLayer};
+pub use response::QUOTA_EXCEEDED_TYPE;
+pub use service::RateLimit;
+
+pub use turnstile_core::{
+    self as core, Algorithm, Backend, BackendError, Clock, Decision, InvalidPolicy, ManualClock,
+    MemoryBackend, Policy, PolicyDecision, SystemClock,
+};

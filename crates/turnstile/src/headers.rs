@@ -1,0 +1,105 @@
+//! The rate-limit header fields: `RateLimit-Policy` and `RateLimit` of
+//! draft-ietf-httpapi-ratelimit-headers-10, and `Retry-After` (RFC 9110, section 10.2.3).
+//!
+//! Both draft fields are RFC 9651 structured-field Lists with one member per policy, named by
+//! the policy's name (a String; turnstile's policy names never hold `"` or `\`):
+//!
+//! - `RateLimit-Policy: "per-ip";q=10;w=60` — `q` the limit; `w` the period in seconds when
+//!   it is a whole number of seconds, else `turnstile-period-ms`; a burst other than the
+//!   limit as `turnstile-burst`.
+//! - `RateLimit: "per-ip";r=7;t=6` — `r` the policy's `remaining`; `t` its `retry_after`
+//!   when it denies, else its `reset_after`, in seconds rounded up; no `t` when no wait can
+//!   help.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use http::HeaderValue;
+use turnstile_core::{Decision, Policy};
+
+/// The `RateLimit-Policy` header field name (lower case, as HTTP/2 requires).
+pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
+
+/// The `RateLimit` header field name.
+pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+
+/// Whole seconds, rounded up: never earlier than the real wait.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `Retry-After` delta-seconds of a denial: rounded up, at least 1.
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    ceil_secs(d).max(1)
+}
+
+/// The `RateLimit-Policy` value for `policies`, in order.
+pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
+    let mut s = String::new();
+    for (i, p) in policies.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "\"{}\";q={}", p.name(), p.limit());
+        if p.period_ms() % 1000 == 0 {
+            let _ = write!(s, ";w={}", p.period_ms() / 1000);
+        } else {
+            let _ = write!(s, ";turnstile-period-ms={}", p.period_ms());
+        }
+        if let Some(b) = p.burst().filter(|b| *b != p.limit()) {
+            let _ = write!(s, ";turnstile-burst={b}");
+        }
+    }
+    // Names are printable ASCII without '"' or '\', so the value is always valid.
+    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The `RateLimit` value of `decision`, one member per policy in order.
+pub(crate) fn ratelimit_value(decision: &Decision) -> HeaderValue {
+    let mut s = String::new();
+    for (i, p) in decision.policies().iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "\"{}\";r={}", p.name(), p.remaining());
+        let t = if p.allowed() {
+            Some(p.reset_after())
+        } else {
+            p.retry_after()
+        };
+        if let Some(t) = t {
+            let _ = write!(s, ";t={}", ceil_secs(t));
+        }
+    }
+    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_is_up_and_retry_after_at_least_one() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(6)), 6);
+        assert_eq!(ceil_secs(Duration::from_millis(6001)), 7);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn policy_header_shapes() {
+        let ps: Vec<Policy> = [
+            "token-bucket:limit=10,period=1m,name=per-ip",
+            "gcra:limit=5,period=250ms,burst=8,name=fast",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        assert_eq!(
+            policy_value(&ps),
+            "\"per-ip\";q=10;w=60, \"fast\";q=5;turnstile-period-ms=250;turnstile-burst=8"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! [`RateLimit`]: the middleware service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tower_service::Service;
+use turnstile_core::Backend;
+
+use crate::body::ResponseBody;
+use crate::future::ResponseFuture;
+use crate::key::KeyExtractor;
+use crate::layer::Config;
+
+/// The rate-limiting middleware built by [`RateLimitLayer`](crate::RateLimitLayer).
+///
+/// Readiness is the inner service's: [`Service::poll_ready`] forwards it and nothing else.
+/// [`Service::call`] moves the inner service that was made ready into the response future
+/// (leaving a fresh clone behind), checks the request, and calls the inner service only if
+/// the request is admitted. A denial is a response (`429`), not an error, so the error type
+/// is the inner service's.
+pub struct RateLimit<S, B, K> {
+    pub(crate) inner: S,
+    pub(crate) config: Arc<Config<B, K>>,
+}
+
+impl<S: Clone, B, K> Clone for RateLimit<S, B, K> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, B, K: fmt::Debug> fmt::Debug for RateLimit<S, B, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("policies", &self.config.policies)
+            .field("key", &self.config.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, K> RateLimit<S, B, K> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the middleware, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, B, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    B: Backend,
+    K: KeyExtractor,
+    ResBody: http_body::Body<Data = Bytes>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<B::Future, S, Request<ReqBody>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // Take the service that was driven to readiness; leave a clone for the next call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let config = &*self.config;
+        match config.key.extract(&req) {
+            Ok(key) => {
+                let check = config.backend.check(&key, &config.policies, 1);
+                ResponseFuture::checking(check, inner, req, Arc::clone(&config.shared))
+            }
+            Err(e) => {
+                config.shared.key_failed(&e);
+                ResponseFuture::key_failed(e, Arc::clone(&config.shared))
+            }
+        }
+    }
+}
