@@ -1,0 +1,169 @@
+//! Command-line arguments, and turning them into validated policies.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::error::ErrorKind;
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
+use turnstile_core::{parse_duration, Algorithm, Policy};
+
+use crate::backend::BackendKind;
+
+/// Exact rate limiting: replay traffic against rate-limit policies.
+#[derive(Debug, Parser)]
+#[command(name = "turnstile", version, propagate_version = true)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Replay a JSON Lines trace of requests and print one decision per request.
+    ///
+    /// Each input line is {"t_ms": INT, "key": STRING, "cost": INT} (key defaults to "",
+    /// cost to 1; t_ms non-decreasing). Each output line is
+    /// {"t_ms":..,"key":..,"cost":..,"allowed":..,"remaining":..,"retry_after_ms":..,
+    /// "reset_after_ms":..,"delay_ms":..}, durations rounded up to whole milliseconds and
+    /// retry_after_ms null when no wait can help. A malformed line stops the run with exit
+    /// code 1, naming the line; the decisions before it stay written.
+    #[command(group(
+        ArgGroup::new("policy-form").required(true).args(["algorithm", "policies"])
+    ))]
+    Simulate(SimulateArgs),
+}
+
+/// The arguments of `turnstile simulate`.
+#[derive(Debug, Args)]
+pub(crate) struct SimulateArgs {
+    /// The algorithm of a single policy (with --limit, --period and, for buckets, --burst).
+    #[arg(
+        long,
+        value_name = "ALGORITHM",
+        value_parser = algorithm_parser(),
+        requires_all = ["limit", "period"],
+        conflicts_with = "policies",
+    )]
+    pub(crate) algorithm: Option<Algorithm>,
+
+    /// Units admitted per period (1 to 4294967295).
+    #[arg(long, value_name = "L", value_parser = parse_count, requires = "algorithm", conflicts_with = "policies")]
+    pub(crate) limit: Option<u64>,
+
+    /// The period: <integer><unit> with unit ms, s, m, h or d (e.g. 250ms, 1s, 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_period, requires = "algorithm", conflicts_with = "policies")]
+    pub(crate) period: Option<Duration>,
+
+    /// Bucket capacity (token-bucket, gcra and leaky-bucket only; defaults to the limit).
+    #[arg(long, value_name = "B", value_parser = parse_count, requires = "algorithm", conflicts_with = "policies")]
+    pub(crate) burst: Option<u64>,
+
+    /// A policy string ALGORITHM:limit=L,period=DUR[,burst=B][,name=NAME]. Repeat it to
+    /// check every request against several policies at once (all-or-nothing).
+    #[arg(long = "policy", value_name = "SPEC")]
+    pub(crate) policies: Vec<Policy>,
+
+    /// Where rate-limit state is kept.
+    #[arg(long, value_enum, default_value_t = BackendKind::Memory)]
+    pub(crate) backend: BackendKind,
+
+    /// Read the trace from FILE instead of standard input ("-" is standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) input: Option<PathBuf>,
+
+    /// Print a table per key (requests, admitted, denied, share denied, longest retry,
+    /// never) and a total, instead of one decision per line.
+    #[arg(long)]
+    pub(crate) summary: bool,
+}
+
+impl SimulateArgs {
+    /// The validated policies the arguments describe. On an invalid combination or policy,
+    /// prints clap's usage error and exits with code 2.
+    pub(crate) fn policies_or_exit(&self) -> Vec<Policy> {
+        self.policies().unwrap_or_else(|(kind, message)| {
+            let mut cmd = Cli::command();
+            cmd.build();
+            match cmd.find_subcommand_mut("simulate") {
+                Some(sub) => sub.error(kind, message).exit(),
+                None => Cli::command().error(kind, message).exit(),
+            }
+        })
+    }
+
+    /// The validated policies, or why the arguments describe none.
+    fn policies(&self) -> Result<Vec<Policy>, (ErrorKind, String)> {
+        let Some(algorithm) = self.algorithm else {
+            if self.policies.is_empty() {
+                // clap's argument group already requires one form; this is belt and braces.
+                return Err((
+                    ErrorKind::MissingRequiredArgument,
+                    "give either --algorithm with --limit and --period, or one or more --policy"
+                        .into(),
+                ));
+            }
+            return Ok(self.policies.clone());
+        };
+        if !self.policies.is_empty() {
+            return Err((
+                ErrorKind::ArgumentConflict,
+                "--policy cannot be combined with --algorithm/--limit/--period/--burst".into(),
+            ));
+        }
+        let (Some(limit), Some(period)) = (self.limit, self.period) else {
+            return Err((
+                ErrorKind::MissingRequiredArgument,
+                "--algorithm needs --limit and --period".into(),
+            ));
+        };
+        let mut policy = Policy::new(algorithm, limit, period)
+            .map_err(|e| (ErrorKind::ValueValidation, format!("invalid policy: {e}")))?;
+        if let Some(burst) = self.burst {
+            policy = policy
+                .with_burst(burst)
+                .map_err(|e| (ErrorKind::ValueValidation, format!("invalid policy: {e}")))?;
+        }
+        Ok(vec![policy])
+    }
+}
+
+/// Accepts exactly the six algorithm names, listing them in help and errors.
+fn algorithm_parser() -> impl TypedValueParser<Value = Algorithm> {
+    PossibleValuesParser::new(Algorithm::ALL.map(Algorithm::as_str))
+        .try_map(|s| s.parse::<Algorithm>())
+}
+
+/// A count (limit or burst): digits only, no sign, no spaces, no fraction.
+fn parse_count(s: &str) -> Result<u64, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{s:?} is not a whole number"));
+    }
+    s.parse()
+        .map_err(|_| format!("{s} is too large (at most 4294967295)"))
+}
+
+/// A period in the duration grammar of `SEMANTICS.md`; its range is checked with the policy.
+fn parse_period(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn counts_are_plain_digits() {
+        assert_eq!(parse_count("10"), Ok(10));
+        for bad in ["", "+1", "-1", "1.0", " 1", "1e3", "0x10"] {
+            assert!(parse_count(bad).is_err(), "{bad:?}");
+        }
+    }
+}
