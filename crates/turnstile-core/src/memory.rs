@@ -451,7 +451,10 @@ mod tests {
         let b = MemoryBackend::new();
         let small = p("token-bucket:limit=1,period=1m,name=x");
         let big = p("token-bucket:limit=5,period=1m,name=x");
-        assert!(b.decide_at("k", &[small.clone()], 1, 0).unwrap().allowed());
+        assert!(b
+            .decide_at("k", std::slice::from_ref(&small), 1, 0)
+            .unwrap()
+            .allowed());
         assert!(!b.decide_at("k", &[small], 1, 0).unwrap().allowed());
         assert_eq!(b.decide_at("k", &[big], 1, 0).unwrap().remaining(), 4);
     }
