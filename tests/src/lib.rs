@@ -1,1 +1,4 @@
-//! End-to-end tests of turnstile live in `tests/`; this library is empty.
+//! Helpers for turnstile's end-to-end tests: `redis-server` processes the tests start
+//! themselves.
+
+pub mod redis_server;

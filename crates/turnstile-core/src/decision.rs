@@ -18,6 +18,27 @@ pub struct PolicyDecision {
 }
 
 impl PolicyDecision {
+    /// A policy's result from its parts, for backends that compute decisions elsewhere (the
+    /// Redis scripts). Durations should be exact values rounded up to nanoseconds, as
+    /// [`exact_ms`] gives; `retry_after` is `Some(Duration::ZERO)` when `allowed`.
+    pub fn new(
+        name: Arc<str>,
+        allowed: bool,
+        remaining: u64,
+        retry_after: Option<Duration>,
+        reset_after: Duration,
+        delay: Duration,
+    ) -> Self {
+        PolicyDecision {
+            name,
+            allowed,
+            remaining,
+            retry_after,
+            reset_after,
+            delay,
+        }
+    }
+
     /// The policy's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -156,14 +177,23 @@ impl Decision {
     }
 }
 
-/// Rounds the exact duration `num / den` milliseconds up to whole nanoseconds.
-///
-/// `den` must be non-zero; callers pass a limit or a window count, both ≥ 1.
+/// The exact duration `num / den` milliseconds, rounded up to whole nanoseconds, so that
+/// rounding it up again to milliseconds or seconds rounds the exact value. A `den` of 0 is
+/// taken as 1; a value beyond `Duration::MAX` saturates (no policy within `SEMANTICS.md`'s
+/// bounds comes near).
+pub fn exact_ms(num: u128, den: u128) -> Duration {
+    ms_ratio(num, den)
+}
+
 pub(crate) fn ms_ratio(num: u128, den: u128) -> Duration {
     let den = den.max(1);
-    let ns = (num * 1_000_000).div_ceil(den);
-    // ns ≤ 2^53 ms × 10^6 < 2^73: seconds fit in u64 with room to spare.
-    let secs = (ns / 1_000_000_000) as u64;
+    let Some(scaled) = num.checked_mul(1_000_000) else {
+        return Duration::MAX;
+    };
+    let ns = scaled.div_ceil(den);
+    let Ok(secs) = u64::try_from(ns / 1_000_000_000) else {
+        return Duration::MAX;
+    };
     let nanos = (ns % 1_000_000_000) as u32;
     Duration::new(secs, nanos)
 }

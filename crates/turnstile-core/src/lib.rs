@@ -43,7 +43,7 @@ mod policy;
 pub use algorithm::{Evaluation, State};
 pub use backend::{Backend, BackendError, BoxError};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, PolicyDecision};
+pub use decision::{exact_ms, Decision, PolicyDecision};
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use policy::{
     format_duration_ms, parse_duration, Algorithm, InvalidPolicy, Policy, MAX_EXACT, MAX_LIMIT,

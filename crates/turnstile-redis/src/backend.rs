@@ -1,0 +1,559 @@
+//! [`RedisBackend`]: one atomic script call per decision, with a timeout and a failure policy.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, RedisError, Script};
+use deadpool_redis::{cluster, Runtime};
+use turnstile_core::{
+    Backend, BackendError, Clock, Decision, MemoryBackend, Policy, SystemClock, MAX_EXACT,
+};
+
+use crate::keys::{log_key, state_key, KeyEncoding};
+use crate::script::{algorithm_id, check_script, parse_reply};
+
+/// The default key prefix. The `v1` is the stored format's version, so two releases that
+/// store state differently never misread each other's keys.
+pub const DEFAULT_PREFIX: &str = "turnstile:v1";
+
+/// The default per-call timeout: 100 ms, covering taking a connection from the pool and the
+/// script's round trip.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The default time Redis is left alone after a failure before it is tried again: 1 s.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
+/// times are not the server's time, so a TTL derived from them could expire state mid-run.
+pub const SIMULATION_MIN_TTL: Duration = Duration::from_secs(600);
+
+/// What [`RedisBackend`] does when Redis fails (an error, a refused connection, a timeout).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnFailure {
+    /// Decide locally with an in-memory backend and the same policies (the default), until
+    /// Redis answers again. It keeps protecting each node while Redis is away — but each
+    /// node limits on its own, so a fleet of N nodes then admits up to N times the limit.
+    #[default]
+    LocalFallback,
+    /// Return the [`BackendError`], so the caller (the tower layer's failure policy: fail
+    /// open or fail closed) decides.
+    ReturnError,
+}
+
+/// Why a [`RedisBackend`] could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The URL did not parse (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS,
+    /// several comma-separated URLs for a Cluster).
+    Url(String),
+    /// The prefix was empty or held `{` or `}` (it must not start a Cluster hash tag).
+    Prefix(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Url(e) => write!(f, "invalid Redis URL: {e}"),
+            ConfigError::Prefix(p) => write!(
+                f,
+                "invalid key prefix {p:?}: it must be non-empty and hold no '{{' or '}}'"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+enum Pool {
+    Single(deadpool_redis::Pool),
+    Cluster(cluster::Pool),
+}
+
+/// A [`Backend`] in Redis — a single node or a Cluster — so every process of a fleet
+/// enforces one limit.
+///
+/// Each check is **one** `EVALSHA` of the check script (composed from the files in `lua/`)
+/// with one key per policy, all in one Cluster slot: all-or-nothing and atomic across every
+/// process. Time comes from the Redis server's `TIME`, so nodes with skewed clocks agree.
+/// [`redis::Script`] reloads the script after `NOSCRIPT` (a restart, a failover,
+/// `SCRIPT FLUSH`).
+///
+/// Keys are `<prefix>:{<client key>}:<policy name>` (see [`KeyEncoding`]); each carries a TTL
+/// equal to its `reset_after` rounded up, so idle keys cost no memory. The stored state
+/// records a fingerprint of the policy's parameters: when a policy changes, its keys start
+/// fresh.
+///
+/// Every call is bounded by a timeout ([`DEFAULT_TIMEOUT`]); on an error or a timeout the
+/// backend follows its [`OnFailure`] policy, logs once per incident with `tracing`, leaves
+/// Redis alone for a retry interval, then tries it again.
+///
+/// # Examples
+/// ```no_run
+/// use std::time::Duration;
+/// use turnstile_core::{Backend, Policy};
+/// use turnstile_redis::RedisBackend;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = RedisBackend::builder("redis://127.0.0.1:6379")
+///     .timeout(Duration::from_millis(50))
+///     .build()?;
+/// let per_key = Policy::gcra(100, Duration::from_secs(60))?.with_name("per-key")?;
+/// let decision = redis.check("api-key-123", &[per_key], 1).await?;
+/// println!("allowed: {}, remaining: {}", decision.allowed(), decision.remaining());
+/// # Ok(()) }
+/// ```
+pub struct RedisBackend<C = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for RedisBackend<C> {
+    fn clone(&self) -> Self {
+        RedisBackend {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> fmt::Debug for RedisBackend<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("cluster", &matches!(self.inner.pool, Pool::Cluster(_)))
+            .field("prefix", &self.inner.prefix)
+            .field("keys", &self.inner.keys)
+            .field("timeout", &self.inner.timeout)
+            .field("on_failure", &self.inner.on_failure)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<C> {
+    pool: Pool,
+    script: Script,
+    prefix: String,
+    keys: KeyEncoding,
+    timeout: Duration,
+    retry_interval: Duration,
+    on_failure: OnFailure,
+    fallback: MemoryBackend<C>,
+    /// Local time (ms) before which Redis is not tried again after a failure.
+    down_until_ms: AtomicU64,
+    incident: AtomicBool,
+}
+
+/// Configures a [`RedisBackend`].
+#[derive(Debug)]
+#[must_use]
+pub struct RedisBackendBuilder<C = SystemClock> {
+    urls: String,
+    cluster: Option<bool>,
+    prefix: String,
+    keys: KeyEncoding,
+    timeout: Duration,
+    retry_interval: Duration,
+    on_failure: OnFailure,
+    pool_size: Option<usize>,
+    clock: C,
+    fallback_max_keys: Option<usize>,
+}
+
+impl RedisBackend<SystemClock> {
+    /// A builder for Redis at `url`: `redis://[user:password@]host:port[/db]`
+    /// (`rediss://` for TLS with the `tls` feature). Several comma-separated URLs are the seed
+    /// nodes of a Redis Cluster.
+    pub fn builder(url: impl Into<String>) -> RedisBackendBuilder<SystemClock> {
+        RedisBackendBuilder {
+            urls: url.into(),
+            cluster: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            keys: KeyEncoding::Hashed,
+            timeout: DEFAULT_TIMEOUT,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            on_failure: OnFailure::LocalFallback,
+            pool_size: None,
+            clock: SystemClock,
+            fallback_max_keys: Some(1_000_000),
+        }
+    }
+}
+
+impl<C> RedisBackendBuilder<C> {
+    /// Treats the URL(s) as a Redis Cluster (`true`) or a single node (`false`). By default a
+    /// comma-separated list is a Cluster and one URL a single node.
+    pub fn cluster(mut self, cluster: bool) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// The key prefix (default [`DEFAULT_PREFIX`]); no `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How client keys appear in key names (default [`KeyEncoding::Hashed`]).
+    pub fn key_encoding(mut self, keys: KeyEncoding) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The per-call timeout (default [`DEFAULT_TIMEOUT`]): no check waits longer for Redis.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long Redis is left alone after a failure before it is tried again (default
+    /// [`DEFAULT_RETRY_INTERVAL`]).
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// What to do when Redis fails (default [`OnFailure::LocalFallback`]).
+    pub fn on_failure(mut self, on_failure: OnFailure) -> Self {
+        self.on_failure = on_failure;
+        self
+    }
+
+    /// The connection pool's maximum size (default: deadpool's, 4 × the CPU count).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = Some(size.max(1));
+        self
+    }
+
+    /// The cap on keys the local fallback tracks (default 1,000,000; `None` for no cap).
+    pub fn fallback_max_keys(mut self, max_keys: impl Into<Option<usize>>) -> Self {
+        self.fallback_max_keys = max_keys.into();
+        self
+    }
+
+    /// The local clock: used only by the local fallback and to time the retry interval.
+    /// Decisions on Redis use the server's `TIME`.
+    pub fn clock<C2: Clock>(self, clock: C2) -> RedisBackendBuilder<C2> {
+        RedisBackendBuilder {
+            urls: self.urls,
+            cluster: self.cluster,
+            prefix: self.prefix,
+            keys: self.keys,
+            timeout: self.timeout,
+            retry_interval: self.retry_interval,
+            on_failure: self.on_failure,
+            pool_size: self.pool_size,
+            clock,
+            fallback_max_keys: self.fallback_max_keys,
+        }
+    }
+
+    /// Builds the backend. No connection is made yet: the first check connects, so a
+    /// backend can be built while Redis is down.
+    ///
+    /// # Errors
+    /// [`ConfigError::Url`] for a URL that does not parse; [`ConfigError::Prefix`] for an
+    /// empty prefix or one holding `{` or `}`.
+    pub fn build(self) -> Result<RedisBackend<C>, ConfigError>
+    where
+        C: Clock,
+    {
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return Err(ConfigError::Prefix(self.prefix));
+        }
+        let urls: Vec<String> = self
+            .urls
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(ConfigError::Url("no URL given".into()));
+        }
+        for u in &urls {
+            redis::parse_redis_url(u).ok_or_else(|| ConfigError::Url(u.clone()))?;
+        }
+        let cluster = self.cluster.unwrap_or(urls.len() > 1);
+        let pool = if cluster {
+            let mut cfg = cluster::Config::from_urls(urls);
+            if let Some(n) = self.pool_size {
+                cfg.pool = Some(cluster::PoolConfig::new(n));
+            }
+            Pool::Cluster(
+                cfg.create_pool(Some(Runtime::Tokio1))
+                    .map_err(|e| ConfigError::Url(e.to_string()))?,
+            )
+        } else {
+            let mut cfg = deadpool_redis::Config::from_url(urls[0].clone());
+            if let Some(n) = self.pool_size {
+                cfg.pool = Some(deadpool_redis::PoolConfig::new(n));
+            }
+            Pool::Single(
+                cfg.create_pool(Some(Runtime::Tokio1))
+                    .map_err(|e| ConfigError::Url(e.to_string()))?,
+            )
+        };
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                pool,
+                script: check_script(),
+                prefix: self.prefix,
+                keys: self.keys,
+                timeout: self.timeout,
+                retry_interval: self.retry_interval,
+                on_failure: self.on_failure,
+                fallback: MemoryBackend::builder()
+                    .clock(self.clock)
+                    .max_keys(self.fallback_max_keys)
+                    .build(),
+                down_until_ms: AtomicU64::new(0),
+                incident: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl<C: Clock> RedisBackend<C> {
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The Redis key holding `policy`'s state for `client_key`.
+    pub fn state_key(&self, client_key: &str, policy: &Policy) -> String {
+        state_key(
+            &self.inner.prefix,
+            &self.inner.keys.tag(client_key),
+            policy.name(),
+        )
+    }
+
+    /// The local fallback backend (for inspection and tests).
+    pub fn fallback(&self) -> &MemoryBackend<C> {
+        &self.inner.fallback
+    }
+
+    /// Checks on Redis only: no timeout, no failure policy. `now_ms` `None` uses the
+    /// server's `TIME`. Returns the time the script used and the decision.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names or
+    /// a time beyond 2^53 − 1; [`BackendError::Connection`] when Redis cannot be reached;
+    /// [`BackendError::Script`] for an error reply; [`BackendError::InvalidState`] when a key
+    /// holds something the script cannot read.
+    pub async fn check_on_redis(
+        &self,
+        key: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<(u64, Decision), BackendError> {
+        validate(policies, now_ms)?;
+        let inner = &*self.inner;
+        let tag = inner.keys.tag(key);
+        let mut inv = inner.script.prepare_invoke();
+        for p in policies {
+            inv.key(state_key(&inner.prefix, &tag, p.name()));
+            if p.algorithm() == turnstile_core::Algorithm::SlidingLog {
+                inv.key(log_key(&inner.prefix, &tag, p.name()));
+            }
+        }
+        // Any cost above 2^53 − 1 is above every capacity: the answer ("never") is the same.
+        let cost = cost.min(MAX_EXACT);
+        let min_ttl = if now_ms.is_some() {
+            SIMULATION_MIN_TTL.as_millis() as u64
+        } else {
+            0
+        };
+        inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
+            .arg(cost)
+            .arg(min_ttl)
+            .arg(policies.len());
+        for p in policies {
+            inv.arg(algorithm_id(p.algorithm()))
+                .arg(p.limit())
+                .arg(p.period_ms())
+                .arg(p.capacity())
+                .arg(format!("{:016x}", p.fingerprint()));
+        }
+        let reply: Vec<i64> = match &inner.pool {
+            Pool::Single(pool) => {
+                let mut conn = pool.get().await.map_err(pool_error)?;
+                inv.invoke_async(&mut conn).await.map_err(redis_error)?
+            }
+            Pool::Cluster(pool) => {
+                let mut conn = pool.get().await.map_err(pool_error)?;
+                inv.invoke_async(&mut conn).await.map_err(redis_error)?
+            }
+        };
+        parse_reply(&reply, policies)
+    }
+
+    /// Deletes every key under this backend's prefix (`SCAN` + `UNLINK`, single node only;
+    /// on a Cluster the keys are left to their TTL). Returns how many keys were deleted. For
+    /// simulations and tests, which use a prefix of their own.
+    ///
+    /// # Errors
+    /// [`BackendError::Connection`] when Redis cannot be reached.
+    pub async fn delete_prefix(&self) -> Result<u64, BackendError> {
+        let Pool::Single(pool) = &self.inner.pool else {
+            return Ok(0);
+        };
+        let mut conn = pool.get().await.map_err(pool_error)?;
+        let pattern = format!("{}:*", self.inner.prefix);
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_error)?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(redis_error)?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    async fn run(
+        self,
+        key: String,
+        policies: Vec<Policy>,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<Decision, BackendError> {
+        validate(&policies, now_ms)?;
+        let inner = &*self.inner;
+        let local_now = inner.fallback.clock().now_ms();
+        let down_until = inner.down_until_ms.load(Ordering::Relaxed);
+        let error = if local_now < down_until {
+            BackendError::Connection(
+                "Redis failed recently; not retried until the retry interval passes".into(),
+            )
+        } else {
+            match tokio::time::timeout(
+                inner.timeout,
+                self.check_on_redis(&key, &policies, cost, now_ms),
+            )
+            .await
+            {
+                Ok(Ok((_, decision))) => {
+                    if inner.incident.swap(false, Ordering::Relaxed) {
+                        tracing::info!("Redis rate-limit backend recovered");
+                    }
+                    return Ok(decision);
+                }
+                Ok(Err(e)) => e,
+                Err(_) => BackendError::Timeout {
+                    after: inner.timeout,
+                },
+            }
+        };
+        if local_now >= down_until {
+            let retry_ms = u64::try_from(inner.retry_interval.as_millis()).unwrap_or(u64::MAX);
+            inner
+                .down_until_ms
+                .store(local_now.saturating_add(retry_ms), Ordering::Relaxed);
+            if !inner.incident.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    error = %error,
+                    kind = error.kind(),
+                    on_failure = ?inner.on_failure,
+                    "Redis rate-limit backend failed; applying the failure policy until it answers again"
+                );
+            }
+        }
+        match inner.on_failure {
+            OnFailure::LocalFallback => match now_ms {
+                Some(t) => inner.fallback.decide_at(&key, &policies, cost, t),
+                None => inner.fallback.decide(&key, &policies, cost),
+            },
+            OnFailure::ReturnError => Err(error),
+        }
+    }
+}
+
+fn validate(policies: &[Policy], now_ms: Option<u64>) -> Result<(), BackendError> {
+    if policies.is_empty() {
+        return Err(BackendError::InvalidRequest(
+            "a check needs at least one policy".into(),
+        ));
+    }
+    for (i, p) in policies.iter().enumerate() {
+        if policies[..i].iter().any(|q| q.name() == p.name()) {
+            return Err(BackendError::InvalidRequest(format!(
+                "two policies are named {:?}",
+                p.name()
+            )));
+        }
+    }
+    if now_ms.is_some_and(|t| t > MAX_EXACT) {
+        return Err(BackendError::InvalidRequest(
+            "the time must be at most 2^53 − 1 ms".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn pool_error(e: deadpool_redis::PoolError) -> BackendError {
+    match e {
+        deadpool_redis::PoolError::Backend(e) => redis_error(e),
+        deadpool_redis::PoolError::Timeout(_) => BackendError::Timeout {
+            after: Duration::ZERO,
+        },
+        other => BackendError::Connection(Box::new(other)),
+    }
+}
+
+fn redis_error(e: RedisError) -> BackendError {
+    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        return BackendError::Connection(Box::new(e));
+    }
+    if e.is_timeout() {
+        return BackendError::Timeout {
+            after: Duration::ZERO,
+        };
+    }
+    let msg = e.to_string();
+    if msg.contains("turnstile: invalid") {
+        BackendError::InvalidState(msg)
+    } else {
+        BackendError::Script(msg)
+    }
+}
+
+/// The future of [`RedisBackend`]'s checks.
+pub type CheckFuture = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
+
+impl<C: Clock> Backend for RedisBackend<C> {
+    type Future = CheckFuture;
+
+    fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Self::Future {
+        Box::pin(
+            self.clone()
+                .run(key.to_owned(), policies.to_vec(), cost, None),
+        )
+    }
+
+    fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future {
+        Box::pin(
+            self.clone()
+                .run(key.to_owned(), policies.to_vec(), cost, Some(now_ms)),
+        )
+    }
+}

@@ -1,0 +1,84 @@
+//! Redis key names: `<prefix>:{<client key>}:<policy name>`.
+
+use sha2::{Digest, Sha256};
+
+/// How client keys appear inside the Cluster hash tag of Redis key names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyEncoding {
+    /// The first 128 bits of the client key's SHA-256, in hex (the default): a fixed size,
+    /// the same on every build and platform, and no API keys or addresses in key names.
+    #[default]
+    Hashed,
+    /// The client key itself, after `k:`, with `%`, `{` and `}` percent-encoded so the tag is
+    /// never empty and never ends early. For debugging with `redis-cli`.
+    Plain,
+}
+
+impl KeyEncoding {
+    /// The hash tag's content for `client_key` (without the braces).
+    pub fn tag(self, client_key: &str) -> String {
+        match self {
+            KeyEncoding::Hashed => {
+                let digest = Sha256::digest(client_key.as_bytes());
+                let mut s = String::with_capacity(32);
+                for b in &digest[..16] {
+                    s.push(char::from(HEX[usize::from(b >> 4)]));
+                    s.push(char::from(HEX[usize::from(b & 0xf)]));
+                }
+                s
+            }
+            KeyEncoding::Plain => {
+                let mut s = String::with_capacity(client_key.len() + 2);
+                s.push_str("k:");
+                for c in client_key.chars() {
+                    match c {
+                        '%' => s.push_str("%25"),
+                        '{' => s.push_str("%7B"),
+                        '}' => s.push_str("%7D"),
+                        c => s.push(c),
+                    }
+                }
+                s
+            }
+        }
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The state key of one policy: `<prefix>:{<tag>}:<policy name>`.
+pub(crate) fn state_key(prefix: &str, tag: &str, policy: &str) -> String {
+    format!("{prefix}:{{{tag}}}:{policy}")
+}
+
+/// The sliding log's list key of one policy: `<prefix>:{<tag>}~log:<policy name>`. The `~`
+/// right after the tag keeps it apart from every state key, whatever the policy names.
+pub(crate) fn log_key(prefix: &str, tag: &str, policy: &str) -> String {
+    format!("{prefix}:{{{tag}}}~log:{policy}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashed_tags_are_stable_and_fixed_size() {
+        // SHA-256("alice") starts 2bd806c97f0e00af1a1fc3328fa763a9.
+        assert_eq!(
+            KeyEncoding::Hashed.tag("alice"),
+            "2bd806c97f0e00af1a1fc3328fa763a9"
+        );
+        assert_eq!(KeyEncoding::Hashed.tag("").len(), 32);
+    }
+
+    #[test]
+    fn plain_tags_are_never_empty_and_never_end_early() {
+        assert_eq!(KeyEncoding::Plain.tag(""), "k:");
+        assert_eq!(KeyEncoding::Plain.tag("a}b{c%"), "k:a%7Db%7Bc%25");
+        assert_eq!(
+            state_key("turnstile:v1", &KeyEncoding::Plain.tag("}x"), "per-ip"),
+            "turnstile:v1:{k:%7Dx}:per-ip"
+        );
+    }
+}

@@ -1,0 +1,42 @@
+//! The Redis backend of [turnstile]: one limit for a whole fleet, on a single Redis node or a
+//! Redis Cluster.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use turnstile_core::{Backend, Policy};
+//! use turnstile_redis::{OnFailure, RedisBackend};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let redis = RedisBackend::builder("redis://127.0.0.1:6379")
+//!         .prefix("myapp:turnstile:v1")
+//!         .on_failure(OnFailure::LocalFallback)
+//!         .build()?;
+//!     let policies = [
+//!         Policy::token_bucket(10, Duration::from_secs(1))?.with_name("per-second")?,
+//!         Policy::sliding_window(1000, Duration::from_secs(3600))?.with_name("per-hour")?,
+//!     ];
+//!     let d = redis.check("client-42", &policies, 1).await?;
+//!     println!("allowed={} remaining={}", d.allowed(), d.remaining());
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Every decision is made by one atomic Lua script (the files in `lua/`, composed into one),
+//! following the project's `SEMANTICS.md` exactly, as the in-memory backend does: the two
+//! give the same decisions for the same requests at the same times. Lua numbers are doubles,
+//! so the scripts keep every intermediate below 2^53 and divide with `math.fmod`.
+//!
+//! [turnstile]: https://docs.rs/turnstile
+
+mod backend;
+mod keys;
+mod script;
+
+pub use backend::{
+    CheckFuture, ConfigError, OnFailure, RedisBackend, RedisBackendBuilder, DEFAULT_PREFIX,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT, SIMULATION_MIN_TTL,
+};
+pub use deadpool_redis::redis;
+pub use keys::KeyEncoding;
+pub use script::CHECK_SCRIPT;

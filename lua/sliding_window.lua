@@ -1,0 +1,56 @@
+-- turnstile: sliding window counter (id 6). Windows as in fixed window; with n the current
+-- window's count, m the previous one's and e = now - w * P, the estimate is
+-- est = m * (P - e) / P + n. Admit iff est + c <= L: deny at once when n + c > L, else
+-- compare m * (P - e) <= (L - n - c) * P, so nothing exceeds L * P.
+--
+-- State at KEY: "fp|updated_ms|w|n|m".
+
+ALG[6] = {
+  read = function(p, now)
+    local s = parse_state(redis.call('GET', p.key), p.fp, 4, p.key)
+    if s and s.err then return s end
+    if not s then return {updated = 0, w = -2, cur = 0, prev = 0} end
+    return {updated = s[1], w = s[2], cur = s[3], prev = s[4]}
+  end,
+  decide = function(p, st, now, c)
+    local L, P = p.L, p.P
+    local w, e = divmod(now, P)
+    local n, m = 0, 0
+    if st.w == w then
+      n, m = st.cur, st.prev
+    elseif st.w + 1 == w then
+      m = st.cur
+    end
+    local weighted = m * (P - e)
+    local function remaining(k)
+      if k > L then return 0 end
+      local free = (L - k) * P - weighted
+      if free <= 0 then return 0 end
+      local q = divmod(free, P)
+      return q
+    end
+    local function reset(k)
+      if k > 0 then return dur_ms(2 * P - e) end
+      if m > 0 then return dur_ms(P - e) end
+      return ZERO
+    end
+    if c > L then return result(0, remaining(n), nil, reset(n)) end
+    if c == 0 then return result(1, remaining(n), ZERO, reset(n)) end
+    if n + c > L then
+      -- wait for the next window (m' = n, n' = 0): (P - e) + P * (n + c - L) / n
+      local d = dur(P * (n + c - L), n)
+      d[1] = d[1] + (P - e)
+      return result(0, remaining(n), d, reset(n))
+    end
+    if weighted <= (L - n - c) * P then
+      local r = result(1, remaining(n + c), ZERO, reset(n + c))
+      r.w, r.n, r.m = w, n + c, m
+      return r
+    end
+    -- the previous window's weight must decay: (m * (P - e) - (L - n - c) * P) / m
+    return result(0, remaining(n), dur(weighted - (L - n - c) * P, m), reset(n))
+  end,
+  write = function(p, st, now, r, ttl)
+    store(p.key, p.fp .. '|' .. int(now) .. '|' .. int(r.w) .. '|' .. int(r.n) .. '|' .. int(r.m), ttl)
+  end,
+}

@@ -1,0 +1,70 @@
+//! Hammers one key on Redis from many tasks; prints `admitted=A denied=D errors=E`.
+//!
+//! `hammer URL PREFIX KEY POLICY TASKS REQUESTS_PER_TASK TIMEOUT_MS`
+//!
+//! Used by the concurrency tests, which start several of these processes at once. Errors are
+//! returned, not absorbed by a local fallback, so the test can assert there were none.
+
+use std::time::Duration;
+
+use turnstile_core::{Backend, Policy};
+use turnstile_redis::{OnFailure, RedisBackend};
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, prefix, key, policy, tasks, per_task, timeout_ms] = &args[..] else {
+        eprintln!("usage: hammer URL PREFIX KEY POLICY TASKS REQUESTS_PER_TASK TIMEOUT_MS");
+        std::process::exit(2);
+    };
+    let policy: Policy = policy.parse().unwrap_or_else(|e| {
+        eprintln!("hammer: {e}");
+        std::process::exit(2)
+    });
+    let (tasks, per_task, timeout_ms): (usize, usize, u64) =
+        match (tasks.parse(), per_task.parse(), timeout_ms.parse()) {
+            (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+            _ => {
+                eprintln!("hammer: TASKS, REQUESTS_PER_TASK and TIMEOUT_MS are integers");
+                std::process::exit(2)
+            }
+        };
+    let backend = RedisBackend::builder(url.as_str())
+        .prefix(prefix.as_str())
+        .timeout(Duration::from_millis(timeout_ms))
+        .on_failure(OnFailure::ReturnError)
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("hammer: {e}");
+            std::process::exit(2)
+        });
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let backend = backend.clone();
+            let policy = policy.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let (mut admitted, mut denied, mut errors) = (0u64, 0u64, 0u64);
+                for _ in 0..per_task {
+                    match backend.check(&key, std::slice::from_ref(&policy), 1).await {
+                        Ok(d) if d.allowed() => admitted += 1,
+                        Ok(_) => denied += 1,
+                        Err(e) => {
+                            eprintln!("hammer: {e}");
+                            errors += 1;
+                        }
+                    }
+                }
+                (admitted, denied, errors)
+            })
+        })
+        .collect();
+    let (mut a, mut d, mut e) = (0, 0, 0);
+    for h in handles {
+        let (x, y, z) = h.await.unwrap_or((0, 0, 1));
+        a += x;
+        d += y;
+        e += z;
+    }
+    println!("admitted={a} denied={d} errors={e}");
+}

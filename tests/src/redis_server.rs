@@ -1,0 +1,241 @@
+//! `redis-server` processes started by the tests themselves: a free port on loopback, no
+//! persistence, killed (and their folder removed) on drop. Several make a Cluster.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server was not found on PATH. The Redis tests start their own \
+servers; install Redis with `sudo apt-get install -y redis-server` (scripts/test does this on a \
+fresh machine), or set REDIS_URL to use an existing server for the tests that allow it.";
+
+/// A `redis-server` child process on 127.0.0.1.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn scratch_dir(port: u16) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "turnstile-redis-{}-{}-{port}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("a scratch folder for redis-server");
+    dir
+}
+
+/// Sends one inline command and returns the first reply line (`+PONG`, `-ERR ...`).
+pub fn command(port: u16, cmd: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("{cmd}\r\n").as_bytes())?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+impl RedisServer {
+    /// Starts a server on a free port. Panics, with how to install Redis, when
+    /// `redis-server` is missing.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line arguments (e.g. `--cluster-enabled yes`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let port = free_port();
+        let mut server = RedisServer {
+            port,
+            dir: scratch_dir(port),
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL: no goodbye to clients).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// (Re)starts the server on the same port and waits until it answers `PING`.
+    pub fn restart(&mut self) {
+        self.kill();
+        let port = self.port.to_string();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .args(&self.extra)
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            Err(e) => panic!("could not start redis-server: {e}"),
+        };
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if command(self.port, "PING").is_ok_and(|r| r.starts_with("+PONG")) {
+                return;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!(
+                    "redis-server on port {} exited at start: {status}",
+                    self.port
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer PING within 10 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis to run against: `REDIS_URL` when set, else a server started for the test.
+#[derive(Debug)]
+pub struct TestRedis {
+    url: String,
+    _server: Option<RedisServer>,
+}
+
+impl TestRedis {
+    /// `REDIS_URL`'s server, or a fresh one.
+    pub fn get() -> Self {
+        match std::env::var("REDIS_URL") {
+            Ok(url) if !url.is_empty() => TestRedis { url, _server: None },
+            _ => {
+                let server = RedisServer::start();
+                TestRedis {
+                    url: server.url(),
+                    _server: Some(server),
+                }
+            }
+        }
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// A Redis Cluster of `n` masters (no replicas), each a [`RedisServer`], created with
+/// `redis-cli --cluster create`.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `n` (≥ 3) cluster-enabled servers and joins them; waits for `cluster_state:ok`.
+    pub fn start(n: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..n)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("redis-cli --cluster create: {e}. {INSTALL_HINT}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &nodes {
+            loop {
+                let ok = command(node.port(), "CLUSTER INFO")
+                    .is_ok_and(|r| r.contains("cluster_state:ok"));
+                if ok {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster never became ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Comma-separated `redis://` URLs of every node (a Cluster URL for `RedisBackend`).
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+}

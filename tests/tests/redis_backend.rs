@@ -1,0 +1,428 @@
+//! The Redis backend against real `redis-server` processes these tests start themselves.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use turnstile_core::{
+    Algorithm, Backend, BackendError, Decision, ManualClock, MemoryBackend, Policy,
+};
+use turnstile_redis::{KeyEncoding, OnFailure, RedisBackend};
+use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
+
+fn prefix(test: &str) -> String {
+    format!("turnstile:test:{test}:{}", std::process::id())
+}
+
+fn backend(url: &str, test: &str) -> RedisBackend {
+    RedisBackend::builder(url)
+        .prefix(prefix(test))
+        .timeout(Duration::from_secs(5))
+        .on_failure(OnFailure::ReturnError)
+        .build()
+        .unwrap()
+}
+
+fn p(spec: &str) -> Policy {
+    spec.parse().unwrap()
+}
+
+/// The vector folders: the repository's copies, its own cases, and the shared ones.
+fn vector_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for dir in ["tests/vectors", "tests/vectors-local", "../shared/vectors"] {
+        if let Ok(entries) = std::fs::read_dir(root.join(dir)) {
+            files.extend(
+                entries
+                    .map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "json")),
+            );
+        }
+    }
+    files.sort();
+    files
+}
+
+fn vector_policy(v: &Value) -> Policy {
+    let alg: Algorithm = v["algorithm"].as_str().unwrap().parse().unwrap();
+    let mut pol = Policy::from_parts(
+        alg,
+        v["limit"].as_u64().unwrap(),
+        v["period_ms"].as_u64().unwrap(),
+        v.get("burst").and_then(Value::as_u64),
+    )
+    .unwrap();
+    if let Some(name) = v.get("name").and_then(Value::as_str) {
+        pol = pol.with_name(name).unwrap();
+    }
+    pol
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_vector_decides_on_redis_exactly_as_in_memory() {
+    let redis = TestRedis::get();
+    let files = vector_files();
+    assert!(files.len() >= 31, "only {} vectors found", files.len());
+    let mut requests = 0;
+    for (i, path) in files.iter().enumerate() {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let policies: Vec<Policy> = match v.get("policies") {
+            Some(ps) => ps.as_array().unwrap().iter().map(vector_policy).collect(),
+            None => vec![vector_policy(&v["policy"])],
+        };
+        let on_redis = backend(redis.url(), &format!("vec{i}"));
+        let memory = MemoryBackend::new();
+        for r in v["requests"].as_array().unwrap() {
+            let t = r["t_ms"].as_u64().unwrap();
+            let key = r.get("key").and_then(Value::as_str).unwrap_or("");
+            let cost = r.get("cost").and_then(Value::as_u64).unwrap_or(1);
+            let want = memory.decide_at(key, &policies, cost, t).unwrap();
+            let got = on_redis.check_at(key, &policies, cost, t).await.unwrap();
+            assert_eq!(
+                got,
+                want,
+                "{} at t={t} key={key:?} cost={cost}",
+                path.display()
+            );
+            requests += 1;
+        }
+        on_redis.delete_prefix().await.unwrap();
+    }
+    eprintln!(
+        "{} vectors, {requests} requests: Redis == memory",
+        files.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_traces_decide_on_redis_exactly_as_in_memory() {
+    // A deterministic pseudo-random trace per algorithm, mixing keys, costs (queries and
+    // costs above capacity included), equal times and long idle gaps, with several policies.
+    let redis = TestRedis::get();
+    let on_redis = backend(redis.url(), "random");
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let sets: Vec<Vec<Policy>> = vec![
+        vec![p("token-bucket:limit=3,period=1s,burst=5,name=a")],
+        vec![p("gcra:limit=7,period=3s,burst=2,name=a")],
+        vec![p("leaky-bucket:limit=3,period=1s,burst=4,name=a")],
+        vec![p("fixed-window:limit=4,period=700ms,name=a")],
+        vec![p("sliding-log:limit=5,period=1s,name=a")],
+        vec![p("sliding-window:limit=6,period=900ms,name=a")],
+        vec![
+            p("token-bucket:limit=5,period=1s,name=fast"),
+            p("sliding-window:limit=12,period=10s,name=slow"),
+            p("sliding-log:limit=8,period=3s,name=log"),
+        ],
+    ];
+    for (s, policies) in sets.iter().enumerate() {
+        let memory = MemoryBackend::new();
+        let mut t = 1_700_000_000_000 + next(1000);
+        for i in 0..400 {
+            t += match next(10) {
+                0 => 0,
+                1..=7 => next(300),
+                8 => next(3_000),
+                _ => next(100_000),
+            };
+            let key = ["", "a", "b"][next(3) as usize];
+            let cost = [0, 1, 1, 1, 2, 3, 13][next(7) as usize];
+            let want = memory.decide_at(key, policies, cost, t).unwrap();
+            let got = on_redis.check_at(key, policies, cost, t).await.unwrap();
+            assert_eq!(
+                got, want,
+                "set {s} request {i} at t={t} key={key:?} cost={cost}"
+            );
+        }
+    }
+    on_redis.delete_prefix().await.unwrap();
+}
+
+#[test]
+fn four_processes_of_fifty_tasks_admit_exactly_the_limit() {
+    let redis = TestRedis::get();
+    for alg in Algorithm::ALL {
+        let spec = format!("{alg}:limit=100,period=1h,name=flood");
+        let pre = prefix(&format!("hammer-{alg}"));
+        let procs: Vec<_> = (0..4)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_hammer"))
+                    .args([redis.url(), &pre, "one-key", &spec, "50", "2", "10000"])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let (mut admitted, mut denied, mut errors) = (0, 0, 0);
+        for child in procs {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            let line = String::from_utf8(out.stdout).unwrap();
+            for part in line.split_whitespace() {
+                let (k, v) = part.split_once('=').unwrap();
+                let v: u64 = v.parse().unwrap();
+                match k {
+                    "admitted" => admitted += v,
+                    "denied" => denied += v,
+                    "errors" => errors += v,
+                    _ => panic!("unexpected output {line}"),
+                }
+            }
+        }
+        assert_eq!(errors, 0, "{alg}: backend errors");
+        assert_eq!(admitted, 100, "{alg}: admitted {admitted}, denied {denied}");
+        assert_eq!(denied, 300, "{alg}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
+    let cluster = RedisCluster::start(3);
+    let policies = [
+        p("token-bucket:limit=2,period=1m,name=burst"),
+        p("sliding-log:limit=3,period=1h,name=hourly"),
+        p("sliding-window:limit=4,period=1d,name=daily"),
+    ];
+    for encoding in [KeyEncoding::Hashed, KeyEncoding::Plain] {
+        let on_cluster = RedisBackend::builder(cluster.urls())
+            .prefix(prefix("cluster"))
+            .key_encoding(encoding)
+            .timeout(Duration::from_secs(5))
+            .on_failure(OnFailure::ReturnError)
+            .build()
+            .unwrap();
+        let memory = MemoryBackend::new();
+        let mut t = 1_700_000_000_000;
+        for key in ["", "{", "}", "a{b}c", "}{", "{}", "client-42", "%7D"] {
+            for cost in [1, 1, 0, 1, 5] {
+                t += 17;
+                let want = memory.decide_at(key, &policies, cost, t).unwrap();
+                let got = on_cluster
+                    .check_at(key, &policies, cost, t)
+                    .await
+                    .unwrap_or_else(|e| panic!("{encoding:?} key {key:?}: {e}"));
+                assert_eq!(got, want, "{encoding:?} key {key:?} cost {cost}");
+            }
+        }
+        // Production time (the server's TIME) works on the cluster too.
+        let d = on_cluster.check("now-key", &policies, 1).await.unwrap();
+        assert!(d.allowed());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_follows_each_failure_policy_within_the_timeout() {
+    let mut server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let pol = [p("fixed-window:limit=2,period=1h,name=per-key")];
+    let make = |on_failure| {
+        RedisBackend::builder(server.url())
+            .prefix(prefix("kill"))
+            .timeout(timeout)
+            .on_failure(on_failure)
+            .build()
+            .unwrap()
+    };
+    let local = make(OnFailure::LocalFallback);
+    let erroring = make(OnFailure::ReturnError);
+    assert!(local.check("k", &pol, 1).await.unwrap().allowed());
+    assert!(erroring.check("k", &pol, 1).await.unwrap().allowed());
+    assert!(!local.check("k", &pol, 1).await.unwrap().allowed());
+
+    server.kill();
+
+    let start = Instant::now();
+    let err = erroring.check("k", &pol, 1).await.unwrap_err();
+    assert!(start.elapsed() < timeout + Duration::from_millis(200));
+    assert!(
+        matches!(
+            err,
+            BackendError::Connection(_) | BackendError::Timeout { .. }
+        ),
+        "{err}"
+    );
+
+    // The local fallback decides with the same policies, on this node's state alone.
+    let start = Instant::now();
+    let fallback: Vec<bool> = [
+        local.check("k", &pol, 1).await.unwrap(),
+        local.check("k", &pol, 1).await.unwrap(),
+        local.check("k", &pol, 1).await.unwrap(),
+    ]
+    .iter()
+    .map(Decision::allowed)
+    .collect();
+    assert!(start.elapsed() < 3 * timeout + Duration::from_millis(300));
+    assert_eq!(fallback, [true, true, false]);
+
+    // Redis is back: after the retry interval the backend uses it again (its state was lost
+    // with the process: nothing was persisted).
+    server.restart();
+    let recovered = RedisBackend::builder(server.url())
+        .prefix(prefix("kill"))
+        .timeout(timeout)
+        .retry_interval(Duration::ZERO)
+        .on_failure(OnFailure::ReturnError)
+        .build()
+        .unwrap();
+    let d = recovered.check("k", &pol, 1).await.unwrap();
+    assert_eq!(d.remaining(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_and_script_flush_reload_the_script_on_the_next_call() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new(0);
+    let b = RedisBackend::builder(server.url())
+        .prefix(prefix("reload"))
+        .timeout(Duration::from_secs(2))
+        .on_failure(OnFailure::ReturnError)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let pol = [p("gcra:limit=10,period=1m,name=g")];
+    assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 9);
+
+    assert!(command(server.port(), "SCRIPT FLUSH")
+        .unwrap()
+        .starts_with("+OK"));
+    assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 8);
+
+    server.restart();
+    // The pool's old connection died with the server; the next call that reaches Redis
+    // reconnects and reloads the script. (A call may fail once while the pool notices the
+    // dead connection; then the retry interval, timed on the local clock, passes.)
+    let mut result = b.check("k", &pol, 1).await;
+    if result.is_err() {
+        clock.advance(Duration::from_secs(2));
+        result = b.check("k", &pol, 1).await;
+    }
+    assert_eq!(
+        result.unwrap().remaining(),
+        9,
+        "fresh state after the restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_takes_the_timeout_path_and_nothing_hangs() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(200);
+    let b = RedisBackend::builder(server.url())
+        .prefix(prefix("pause"))
+        .timeout(timeout)
+        .retry_interval(Duration::ZERO)
+        .on_failure(OnFailure::ReturnError)
+        .build()
+        .unwrap();
+    let pol = [p("token-bucket:limit=5,period=1s,name=t")];
+    assert!(b.check("k", &pol, 1).await.unwrap().allowed());
+    assert!(command(server.port(), "CLIENT PAUSE 3000 ALL")
+        .unwrap()
+        .starts_with("+OK"));
+    let start = Instant::now();
+    let err = b.check("k", &pol, 1).await.unwrap_err();
+    let waited = start.elapsed();
+    assert!(matches!(err, BackendError::Timeout { .. }), "{err}");
+    assert!(
+        waited >= timeout && waited < timeout + Duration::from_millis(500),
+        "{waited:?}"
+    );
+
+    let local = RedisBackend::builder(server.url())
+        .prefix(prefix("pause"))
+        .timeout(timeout)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    assert!(local.check("k", &pol, 1).await.unwrap().allowed());
+    assert!(start.elapsed() < timeout + Duration::from_millis(500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_clocks_skewed_by_minutes_decide_as_one() {
+    let redis = TestRedis::get();
+    let make = |clock: ManualClock| {
+        RedisBackend::builder(redis.url())
+            .prefix(prefix("skew"))
+            .timeout(Duration::from_secs(5))
+            .on_failure(OnFailure::ReturnError)
+            .clock(clock)
+            .build()
+            .unwrap()
+    };
+    // One node 7 minutes behind the other: decisions use the server's TIME, not theirs.
+    let a = make(ManualClock::new(1_700_000_000_000));
+    let b = make(ManualClock::new(1_700_000_000_000 - 7 * 60 * 1000));
+    let pol = [p("token-bucket:limit=5,period=1h,name=shared")];
+    let mut remaining = Vec::new();
+    for i in 0..8 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let d = node.check("user", &pol, 1).await.unwrap();
+        remaining.push((d.allowed(), d.remaining()));
+    }
+    assert_eq!(
+        remaining,
+        [
+            (true, 4),
+            (true, 3),
+            (true, 2),
+            (true, 1),
+            (true, 0),
+            (false, 0),
+            (false, 0),
+            (false, 0)
+        ]
+    );
+    // And a denial's wait is the same seen from either node (one token per 720 s).
+    let da = a.check("user", &pol, 1).await.unwrap();
+    let db = b.check("user", &pol, 1).await.unwrap();
+    let (ra, rb) = (da.retry_after().unwrap(), db.retry_after().unwrap());
+    assert!(ra.abs_diff(rb) < Duration::from_secs(1), "{ra:?} vs {rb:?}");
+    assert!(ra > Duration::from_secs(700));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), "garbage");
+    let pol = [p("token-bucket:limit=5,period=1s,name=t")];
+    let key = b.state_key("victim", &pol[0]);
+    // The fingerprint of the policy, then something that is not a number.
+    let fp = format!("{:016x}", pol[0].fingerprint());
+    let set = format!("SET {key} {fp}|12|banana");
+    assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
+    let err = b.check("victim", &pol, 1).await.unwrap_err();
+    assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
+    // Another policy's state (another fingerprint) is simply ignored: the key starts fresh.
+    let set = format!("SET {key} 0123456789abcdef|12|34");
+    assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
+    assert_eq!(b.check("victim", &pol, 1).await.unwrap().remaining(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_written_key_expires_with_its_reset_after() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), "ttl");
+    let pol = [
+        p("token-bucket:limit=10,period=10s,name=tb"),
+        p("sliding-log:limit=5,period=30s,name=log"),
+    ];
+    b.check("k", &pol, 3).await.unwrap();
+    let ttl = |key: &str| -> i64 {
+        let r = command(server.port(), &format!("PTTL {key}")).unwrap();
+        r.trim().trim_start_matches(':').parse().unwrap()
+    };
+    // Token bucket: 3 tokens owed at 1 per second → 3000 ms. Sliding log: 30 s.
+    let tb = ttl(&b.state_key("k", &pol[0]));
+    assert!((2_900..=3_000).contains(&tb), "{tb}");
+    let log = ttl(&b.state_key("k", &pol[1]));
+    assert!((29_900..=30_000).contains(&log), "{log}");
+}
