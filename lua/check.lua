@@ -33,7 +33,7 @@ local cost = tonumber(ARGV[2])
 local min_ttl = tonumber(ARGV[3])
 local count = tonumber(ARGV[4])
 if not now or not cost or not min_ttl or not count then
-  return redis.error_reply('turnstile: malformed arguments')
+  return redis.error_reply('TURNSTILE_ARGS malformed arguments')
 end
 
 local policies, states, results = {}, {}, {}
@@ -51,7 +51,7 @@ for i = 1, count do
   end
   local impl = ALG[p.alg]
   if not impl or not p.L or not p.P or not p.B or not p.key then
-    return redis.error_reply('turnstile: malformed policy ' .. i)
+    return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. i)
   end
   local st = impl.read(p, now)
   if st.err then return st end

@@ -12,7 +12,7 @@ ALG[2] = {
     local s = parse_state(redis.call('GET', p.key), p.fp, 3, p.key)
     if s and s.err then return s end
     if not s then return {updated = 0, tat_ms = 0, frac = 0} end
-    if s[3] >= p.L then return redis.error_reply('turnstile: invalid state at ' .. p.key) end
+    if s[3] >= p.L then return redis.error_reply('TURNSTILE_INVALID_STATE invalid state at ' .. p.key) end
     return {updated = s[1], tat_ms = s[2], frac = s[3]}
   end,
   decide = function(p, st, now, c)

@@ -42,13 +42,13 @@ local function parse_state(raw, fp, count, key)
   for field in string.gmatch(raw, '[^|]+') do parts[#parts + 1] = field end
   if parts[1] ~= fp then return nil end -- another policy's state: start fresh
   if #parts ~= count + 1 then
-    return redis.error_reply('turnstile: invalid state at ' .. key)
+    return redis.error_reply('TURNSTILE_INVALID_STATE invalid state at ' .. key)
   end
   local nums = {}
   for i = 2, #parts do
     local n = tonumber(parts[i])
     if not n or n < 0 or n >= 9007199254740992 or n ~= math.floor(n) then
-      return redis.error_reply('turnstile: invalid state at ' .. key)
+      return redis.error_reply('TURNSTILE_INVALID_STATE invalid state at ' .. key)
     end
     nums[i - 1] = n
   end

@@ -31,7 +31,7 @@ ALG[5] = {
         if #chunk == 0 then break end
         for j = 1, #chunk do
           local t, cost = log_entry(chunk[j])
-          if not t then return {err = 'turnstile: invalid log entry at ' .. p.logkey} end
+          if not t then return {err = 'TURNSTILE_INVALID_STATE invalid log entry at ' .. p.logkey} end
           if t + P > now then live_from = i + j - 1; break end
           expired_n, expired_cost = expired_n + 1, expired_cost + cost
         end
@@ -63,7 +63,7 @@ ALG[5] = {
       if #chunk == 0 then break end
       for j = 1, #chunk do
         local t, cost = log_entry(chunk[j])
-        if not t then return {err = 'turnstile: invalid log entry at ' .. p.logkey} end
+        if not t then return {err = 'TURNSTILE_INVALID_STATE invalid log entry at ' .. p.logkey} end
         freed = freed + cost
         if freed >= need then retry = until_expiry(t); i = nil; break end
       end

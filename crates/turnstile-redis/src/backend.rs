@@ -529,11 +529,10 @@ fn redis_error(e: RedisError) -> BackendError {
             after: Duration::ZERO,
         };
     }
-    let msg = e.to_string();
-    if msg.contains("turnstile: invalid") {
-        BackendError::InvalidState(msg)
+    if e.code() == Some("TURNSTILE_INVALID_STATE") {
+        BackendError::InvalidState(e.detail().unwrap_or_default().to_owned())
     } else {
-        BackendError::Script(msg)
+        BackendError::Script(e.to_string())
     }
 }
 
