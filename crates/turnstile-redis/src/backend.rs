@@ -464,19 +464,25 @@ impl<C: Clock> RedisBackend<C> {
                 },
             }
         };
-        if local_now >= down_until {
+        // Only an unreachable or unresponsive Redis is left alone for a while; an error
+        // about one key's state says nothing about the others.
+        let unreachable = matches!(
+            error,
+            BackendError::Connection(_) | BackendError::Timeout { .. }
+        );
+        if unreachable && local_now >= down_until {
             let retry_ms = u64::try_from(inner.retry_interval.as_millis()).unwrap_or(u64::MAX);
             inner
                 .down_until_ms
                 .store(local_now.saturating_add(retry_ms), Ordering::Relaxed);
-            if !inner.incident.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    error = %error,
-                    kind = error.kind(),
-                    on_failure = ?inner.on_failure,
-                    "Redis rate-limit backend failed; applying the failure policy until it answers again"
-                );
-            }
+        }
+        if local_now >= down_until && !inner.incident.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                error = %error,
+                kind = error.kind(),
+                on_failure = ?inner.on_failure,
+                "Redis rate-limit backend failed; applying the failure policy until it answers again"
+            );
         }
         match inner.on_failure {
             OnFailure::LocalFallback => match now_ms {
