@@ -211,7 +211,8 @@ impl<C> MemoryBackend<C> {
     /// [`Backend::check_at`] runs.
     ///
     /// # Errors
-    /// [`BackendError::InvalidRequest`] when `policies` is empty;
+    /// [`BackendError::InvalidRequest`] when `policies` is empty or two of them share a name
+    /// (they would share one state; the Redis backend refuses them alike);
     /// [`BackendError::CapacityExceeded`] when admitting would track a key beyond the cap.
     /// An error changes no state.
     pub fn decide_at(
@@ -225,6 +226,14 @@ impl<C> MemoryBackend<C> {
             return Err(BackendError::InvalidRequest(
                 "a check needs at least one policy".into(),
             ));
+        }
+        for (i, p) in policies.iter().enumerate() {
+            if policies[..i].iter().any(|q| q.name() == p.name()) {
+                return Err(BackendError::InvalidRequest(format!(
+                    "two policies are named {:?}",
+                    p.name()
+                )));
+            }
         }
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
@@ -486,5 +495,22 @@ mod tests {
             MemoryBackend::new().decide_at("k", &[], 1, 0),
             Err(BackendError::InvalidRequest(_))
         ));
+    }
+
+    #[test]
+    fn duplicate_policy_names_are_an_error() {
+        // Sharing one state slot, they would overwrite each other's state on every check.
+        let b = MemoryBackend::new();
+        let pol = [
+            p("gcra:limit=2,period=1s,name=x"),
+            p("fixed-window:limit=5,period=1s,name=x"),
+        ];
+        for _ in 0..3 {
+            assert!(matches!(
+                b.decide_at("k", &pol, 1, 0),
+                Err(BackendError::InvalidRequest(_))
+            ));
+        }
+        assert!(b.is_empty());
     }
 }
