@@ -105,6 +105,19 @@ impl SimulateArgs {
                         .into(),
                 ));
             }
+            // Two policies of one name would share one state: refuse them, as every backend
+            // does.
+            for (i, p) in self.policies.iter().enumerate() {
+                if self.policies[..i].iter().any(|q| q.name() == p.name()) {
+                    return Err((
+                        ErrorKind::ArgumentConflict,
+                        format!(
+                            "two --policy are named {:?}; give each its own name (,name=NAME)",
+                            p.name()
+                        ),
+                    ));
+                }
+            }
             return Ok(self.policies.clone());
         };
         if !self.policies.is_empty() {

@@ -420,6 +420,20 @@ fn usage_errors_exit_2_without_panicking() {
             "--frobnicate",
         ],
         &["frobnicate"],
+        &[
+            "simulate",
+            "--policy",
+            "gcra:limit=1,period=1s",
+            "--policy",
+            "gcra:limit=1,period=1s",
+        ],
+        &[
+            "simulate",
+            "--policy",
+            "gcra:limit=1,period=1s,name=x",
+            "--policy",
+            "fixed-window:limit=5,period=1s,name=x",
+        ],
     ] {
         let out = run(args, b"");
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
