@@ -5,186 +5,377 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
-use http::{HeaderValue, Request, Response, StatusCode};
+use bytes::Bytes;
+use http::{Request, Response};
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
-use turnstile_core::{BackendError, Decision};
+use turnstile_core::{Backend, Decision};
 
 use crate::body::ResponseBody;
-use crate::headers::{ratelimit_value, RATELIMIT, RATELIMIT_POLICY};
-use crate::key::KeyError;
-use crate::layer::{FailurePolicy, Shared};
-use crate::response::{plain, too_many_requests};
+use crate::headers;
+use crate::key::{KeyExtractor, MissingKey, RequestRef};
+use crate::layer::{Action, Config, FailurePolicy};
+use crate::response::{key_error, unavailable, Denial, Protocol};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): awaits the backend's decision,
-    /// waits out a leaky bucket's delay if any, then calls the inner service — or answers the
-    /// denial itself.
+    /// waits if the action or a leaky bucket says so, then calls the inner service — or
+    /// answers the denial itself.
     ///
     /// # Cancellation
-    /// Dropping the future before the decision arrives leaves the limiter consistent: the
-    /// check is atomic in the backend, so it either consumed quota or not. Dropping it after
-    /// an admission does not give the quota back.
+    /// Dropping the future leaves the limiter consistent: each check is atomic in the
+    /// backend, so it either consumed quota or not, and a denied check consumes nothing (so
+    /// dropping a request that [`Action::Delay`] holds for a re-check costs nothing).
+    /// Dropping it after an admission (for instance during a leaky bucket's delay) does not
+    /// give the quota back.
     #[must_use = "futures do nothing unless polled"]
-    pub struct ResponseFuture<C, S, R, F> {
+    pub struct ResponseFuture<B, K, S, R>
+    where
+        B: Backend,
+        S: Service<R>,
+    {
         #[pin]
-        state: State<C, S, R, F>,
-        shared: Arc<Shared>,
+        state: State<B::Future, S, R, S::Future>,
+        config: Arc<Config<B, K>>,
+        key: String,
+        rule: usize,
+        cost: u64,
+        grpc: bool,
+        deadline: Option<Instant>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
     enum State<C, S, R, F> {
+        // Waiting for the backend's decision.
         Checking {
             #[pin]
             check: C,
             inner: Option<S>,
             req: Option<R>,
         },
+        // Denied; waiting out `retry_after` before checking again (Action::Delay).
+        Waiting {
+            #[pin]
+            sleep: Sleep,
+            inner: Option<S>,
+            req: Option<R>,
+        },
+        // Admitted; waiting out a leaky bucket's delay.
         Delaying {
             #[pin]
             sleep: Sleep,
             inner: Option<S>,
             req: Option<R>,
-            header: Option<HeaderValue>,
+            decision: Option<Decision>,
         },
+        // Admitted (or not limited); the inner service is answering.
         Calling {
             #[pin]
             fut: F,
-            header: Option<HeaderValue>,
+            decision: Option<Decision>,
         },
-        KeyFailed {
-            error: KeyError,
+        // Turnstile answers itself.
+        Respond {
+            res: Option<Response<Bytes>>,
         },
         Done,
     }
 }
 
-impl<C, S, R, F> fmt::Debug for ResponseFuture<C, S, R, F> {
+impl<B, K, S, R> fmt::Debug for ResponseFuture<B, K, S, R>
+where
+    B: Backend,
+    S: Service<R>,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Checking { .. } => "checking",
+            State::Waiting { .. } => "waiting",
             State::Delaying { .. } => "delaying",
             State::Calling { .. } => "calling",
-            State::KeyFailed { .. } => "key_failed",
+            State::Respond { .. } => "responding",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .finish()
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
     }
 }
 
-impl<C, S, R, F> ResponseFuture<C, S, R, F> {
-    pub(crate) fn checking(check: C, inner: S, req: R, shared: Arc<Shared>) -> Self {
+impl<B, K, S, ReqBody> ResponseFuture<B, K, S, Request<ReqBody>>
+where
+    B: Backend,
+    K: KeyExtractor,
+    S: Service<Request<ReqBody>>,
+{
+    /// Starts handling `req` with the ready service `inner`.
+    pub(crate) fn start(config: Arc<Config<B, K>>, mut inner: S, req: Request<ReqBody>) -> Self {
+        let settings = &*config.settings;
+        let view = RequestRef::new(&req);
+        let grpc = view.is_grpc();
+        let rule_index = settings.rules.iter().position(|r| r.rule.matches(&view));
+        let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
+            let fut = inner.call(req);
+            return Self::with_state(
+                config,
+                State::Calling {
+                    fut,
+                    decision: None,
+                },
+                grpc,
+            );
+        };
+        let rule = &settings.rules[rule_index];
+        let key = match config.key.extract(&req) {
+            Ok(k) => k,
+            Err(e) => match &settings.missing_key {
+                MissingKey::Allow => {
+                    let fut = inner.call(req);
+                    return Self::with_state(
+                        config,
+                        State::Calling {
+                            fut,
+                            decision: None,
+                        },
+                        grpc,
+                    );
+                }
+                MissingKey::Key(k) => String::from(&**k),
+                MissingKey::Reject => {
+                    config.key_failed(&e);
+                    let res = Some(key_error(&e, grpc));
+                    return Self::with_state(config, State::Respond { res }, grpc);
+                }
+            },
+        };
+        if !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key.as_str()) {
+            let fut = inner.call(req);
+            return Self::with_state(
+                config,
+                State::Calling {
+                    fut,
+                    decision: None,
+                },
+                grpc,
+            );
+        }
+        let cost = config.cost(rule, &view);
+        let deadline = match settings.action {
+            Action::Delay { max_wait } => Instant::now().checked_add(max_wait),
+            _ => None,
+        };
+        let check = config.backend.check(&key, &rule.policies, cost);
         ResponseFuture {
             state: State::Checking {
                 check,
                 inner: Some(inner),
                 req: Some(req),
             },
-            shared,
+            config,
+            key,
+            rule: rule_index,
+            cost,
+            grpc,
+            deadline,
         }
     }
 
-    pub(crate) fn key_failed(error: KeyError, shared: Arc<Shared>) -> Self {
+    fn with_state(
+        config: Arc<Config<B, K>>,
+        state: State<B::Future, S, Request<ReqBody>, S::Future>,
+        grpc: bool,
+    ) -> Self {
         ResponseFuture {
-            state: State::KeyFailed { error },
-            shared,
+            state,
+            config,
+            key: String::new(),
+            rule: 0,
+            cost: 0,
+            grpc,
+            deadline: None,
         }
     }
 }
 
-impl<C, S, ReqBody, F, ResBody, E> Future for ResponseFuture<C, S, Request<ReqBody>, F>
+impl<B, K, S, ReqBody, ResBody> Future for ResponseFuture<B, K, S, Request<ReqBody>>
 where
-    C: Future<Output = Result<Decision, BackendError>>,
-    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = E, Future = F>,
-    F: Future<Output = Result<Response<ResBody>, E>>,
+    B: Backend,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, E>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
+            let config = &**this.config;
+            let settings = &*config.settings;
             match this.state.as_mut().project() {
                 StateProj::Checking { check, inner, req } => {
-                    let decision = match ready!(check.poll(cx)) {
+                    let result = ready!(check.poll(cx));
+                    let rule = &settings.rules[*this.rule];
+                    let decision = match result {
                         Ok(d) => {
-                            this.shared.backend_ok();
+                            config.backend_ok();
                             d
                         }
                         Err(e) => {
-                            this.shared.backend_failed(&e);
-                            match this.shared.failure {
-                                FailurePolicy::Closed => {
-                                    this.state.set(State::Done);
-                                    return Poll::Ready(Ok(plain(
-                                        StatusCode::SERVICE_UNAVAILABLE,
-                                        "The rate limiter is unavailable; try again later.\n",
-                                    )));
-                                }
-                                FailurePolicy::Open => {
-                                    let (mut inner, req) = take_both(inner, req);
-                                    let fut = inner.call(req);
-                                    this.state.set(State::Calling { fut, header: None });
-                                    continue;
-                                }
+                            config.backend_failed(&e);
+                            if settings.failure == FailurePolicy::Closed {
+                                let res = Some(unavailable(*this.grpc));
+                                this.state.set(State::Respond { res });
+                            } else {
+                                let (mut inner, req) = take_both(inner, req);
+                                let fut = inner.call(req);
+                                this.state.set(State::Calling {
+                                    fut,
+                                    decision: None,
+                                });
                             }
+                            continue;
                         }
                     };
                     if !decision.allowed() {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Ok(too_many_requests(
+                        match settings.action {
+                            Action::Shadow => {
+                                config.shadow_denied();
+                                tracing::info!(
+                                    target: "turnstile::shadow",
+                                    key = %this.key,
+                                    policies = ?decision.violated().map(|p| p.name()).collect::<Vec<_>>(),
+                                    retry_after_ms = decision.retry_after().map(|d| d.as_millis()),
+                                    "shadow mode: this request would have been denied"
+                                );
+                                let (mut inner, req) = take_both(inner, req);
+                                let fut = inner.call(req);
+                                this.state.set(State::Calling {
+                                    fut,
+                                    decision: None,
+                                });
+                                continue;
+                            }
+                            Action::Delay { .. } => {
+                                // Wait only if the re-check, plus the longest leaky-bucket
+                                // delay it could then get, still ends by the deadline.
+                                let fits = decision.retry_after().zip(*this.deadline).and_then(
+                                    |(d, deadline)| {
+                                        let end = Instant::now()
+                                            .checked_add(d)?
+                                            .checked_add(rule.max_leaky_delay)?;
+                                        (end <= deadline).then_some(d)
+                                    },
+                                );
+                                if let Some(d) = fits {
+                                    let (inner, req) = take_both(inner, req);
+                                    this.state.set(State::Waiting {
+                                        sleep: tokio::time::sleep(d),
+                                        inner: Some(inner),
+                                        req: Some(req),
+                                    });
+                                    continue;
+                                }
+                            }
+                            _ => {}
+                        }
+                        let denial = Denial {
+                            decision: &decision,
+                            policies: &rule.policies,
+                            protocol: if *this.grpc {
+                                Protocol::Grpc
+                            } else {
+                                Protocol::Http
+                            },
+                            cost: *this.cost,
+                        };
+                        let mut res = config.denial_response(&denial);
+                        headers::insert(
+                            res.headers_mut(),
+                            &rule.policy_header,
+                            &rule.policies,
                             &decision,
-                            &this.shared.policy_header,
-                        )));
+                            settings.legacy_headers,
+                        );
+                        this.state.set(State::Respond { res: Some(res) });
+                        continue;
                     }
-                    let header = Some(ratelimit_value(&decision));
-                    let delay = decision.delay();
+                    let shadow = settings.action == Action::Shadow;
+                    let delay = if *this.cost == 0 || shadow {
+                        Duration::ZERO
+                    } else {
+                        decision.delay()
+                    };
+                    let decision = (settings.headers_on_allowed && !shadow).then_some(decision);
                     let (mut inner, req) = take_both(inner, req);
                     if delay.is_zero() {
                         let fut = inner.call(req);
-                        this.state.set(State::Calling { fut, header });
+                        this.state.set(State::Calling { fut, decision });
                     } else {
+                        let mut until = Instant::now() + delay;
+                        if let Some(deadline) = *this.deadline {
+                            // Never past the maximum wait (the layer's build check makes
+                            // this a guard against timer rounding only).
+                            until = until.min(deadline);
+                        }
                         this.state.set(State::Delaying {
-                            sleep: tokio::time::sleep(delay),
+                            sleep: tokio::time::sleep_until(until),
                             inner: Some(inner),
                             req: Some(req),
-                            header,
+                            decision,
                         });
                     }
+                }
+                StateProj::Waiting { sleep, inner, req } => {
+                    ready!(sleep.poll(cx));
+                    let (inner, req) = take_both(inner, req);
+                    let rule = &settings.rules[*this.rule];
+                    let check = config.backend.check(this.key, &rule.policies, *this.cost);
+                    this.state.set(State::Checking {
+                        check,
+                        inner: Some(inner),
+                        req: Some(req),
+                    });
                 }
                 StateProj::Delaying {
                     sleep,
                     inner,
                     req,
-                    header,
+                    decision,
                 } => {
                     ready!(sleep.poll(cx));
-                    let header = header.take();
+                    let decision = decision.take();
                     let (mut inner, req) = take_both(inner, req);
                     let fut = inner.call(req);
-                    this.state.set(State::Calling { fut, header });
+                    this.state.set(State::Calling { fut, decision });
                 }
-                StateProj::Calling { fut, header } => {
+                StateProj::Calling { fut, decision } => {
                     let res = ready!(fut.poll(cx))?;
-                    let header = header.take();
+                    let decision = decision.take();
                     this.state.set(State::Done);
                     let mut res = res.map(ResponseBody::inner);
-                    if let Some(h) = header {
-                        let headers = res.headers_mut();
-                        headers.insert(RATELIMIT_POLICY, this.shared.policy_header.clone());
-                        headers.insert(RATELIMIT, h);
+                    if let Some(d) = decision {
+                        let rule = &settings.rules[*this.rule];
+                        headers::insert(
+                            res.headers_mut(),
+                            &rule.policy_header,
+                            &rule.policies,
+                            &d,
+                            settings.legacy_headers,
+                        );
                     }
                     return Poll::Ready(Ok(res));
                 }
-                StateProj::KeyFailed { error } => {
-                    let msg = error.message();
+                StateProj::Respond { res } => {
+                    let res = res.take();
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, msg)));
+                    match res {
+                        Some(res) => return Poll::Ready(Ok(res.map(ResponseBody::full))),
+                        None => return Poll::Pending,
+                    }
                 }
                 StateProj::Done => {
                     // Polled after completion: a contract violation by the caller. Stay

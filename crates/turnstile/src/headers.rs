@@ -10,6 +10,10 @@
 //! - `RateLimit: "per-ip";r=7;t=6` — `r` the policy's `remaining`; `t` its `retry_after`
 //!   when it denies, else its `reset_after`, in seconds rounded up; no `t` when no wait can
 //!   help.
+//!
+//! Legacy, opt-in ([`RateLimitLayerBuilder::legacy_headers`](crate::RateLimitLayerBuilder::legacy_headers)):
+//! `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` of the binding
+//! policy (the one with the smallest `remaining`), `Reset` as delta seconds rounded up.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -22,6 +26,16 @@ pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ra
 
 /// The `RateLimit` header field name.
 pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+
+/// The legacy `X-RateLimit-Limit` header field name.
+pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
+
+/// The legacy `X-RateLimit-Remaining` header field name.
+pub const X_RATELIMIT_REMAINING: http::HeaderName =
+    http::HeaderName::from_static("x-ratelimit-remaining");
+
+/// The legacy `X-RateLimit-Reset` header field name (delta seconds).
+pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
 
 /// Whole seconds, rounded up: never earlier than the real wait.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
@@ -72,6 +86,36 @@ pub(crate) fn ratelimit_value(decision: &Decision) -> HeaderValue {
         }
     }
     HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Inserts `RateLimit-Policy` (`policy_header`), `RateLimit` and, if `legacy`, the
+/// `X-RateLimit-*` fields of the binding policy into `headers`, replacing any already there.
+pub(crate) fn insert(
+    headers: &mut http::HeaderMap,
+    policy_header: &HeaderValue,
+    policies: &[Policy],
+    decision: &Decision,
+    legacy: bool,
+) {
+    headers.insert(RATELIMIT_POLICY, policy_header.clone());
+    headers.insert(RATELIMIT, ratelimit_value(decision));
+    if legacy {
+        let binding = decision.binding().and_then(|b| {
+            let i = decision
+                .policies()
+                .iter()
+                .position(|p| std::ptr::eq(p, b))?;
+            Some((b, policies.get(i)?))
+        });
+        if let Some((b, p)) = binding {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(p.limit()));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(b.remaining()));
+            headers.insert(
+                X_RATELIMIT_RESET,
+                HeaderValue::from(ceil_secs(b.reset_after())),
+            );
+        }
+    }
 }
 
 #[cfg(test)]

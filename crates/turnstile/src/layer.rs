@@ -1,15 +1,20 @@
-//! [`RateLimitLayer`]: configuration, shared by every service it builds.
+//! [`RateLimitLayer`] and its builder: configuration, shared by every service it builds.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use http::HeaderValue;
+use bytes::Bytes;
+use http::Response;
 use tower_layer::Layer;
-use turnstile_core::{BackendError, MemoryBackend, Policy};
+use turnstile_core::{Algorithm, BackendError, MemoryBackend, Policy};
 
 use crate::headers::policy_value;
-use crate::key::{KeyExtractor, PeerIp};
+use crate::key::{KeyError, KeyExtractor, MissingKey, PeerIp, RequestRef};
+use crate::response::{Denial, DenialFn, DenialFnDebug};
+use crate::rule::{CompiledRule, CostFn, Rule};
 use crate::service::RateLimit;
 
 /// What the layer does when the backend cannot decide (an error or a timeout).
@@ -24,27 +29,103 @@ pub enum FailurePolicy {
     /// not take the service down. The error is logged once per incident.
     #[default]
     Open,
-    /// Answer `503 Service Unavailable` without calling the inner service.
+    /// Answer `503 Service Unavailable` (gRPC: `UNAVAILABLE`) without calling the inner
+    /// service.
     Closed,
+}
+
+/// What the layer does with a request its policies deny.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Answer the denial at once (the default): `429` with `Retry-After`, or gRPC
+    /// `RESOURCE_EXHAUSTED`. A leaky bucket's admitted requests still wait their `delay`.
+    #[default]
+    Reject,
+    /// Hold a denied request until it would be admitted, then check it again — but never
+    /// hold any request longer than `max_wait` in all (denial waits plus a leaky bucket's
+    /// delay); a request that cannot make it in time is rejected at once, without waiting.
+    /// A layer whose leaky bucket could ask for more than `max_wait` ((B − 1)·T) is refused
+    /// when it is built.
+    Delay {
+        /// The longest a request is held before it reaches the inner service.
+        max_wait: Duration,
+    },
+    /// Dry run: admit every request, without waiting and without rate-limit headers, but
+    /// count ([`RateLimitLayer::shadow_denied`]) and log (`tracing`, target
+    /// `turnstile::shadow`, level INFO) each request that would have been denied. Denied
+    /// requests consume nothing, so the counts are what enforcing would have done.
+    Shadow,
+}
+
+impl Action {
+    /// [`Action::Delay`] with `max_wait`.
+    pub fn delay(max_wait: Duration) -> Self {
+        Action::Delay { max_wait }
+    }
 }
 
 /// Why a layer could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// No policy was given.
+    /// No policy was given, neither on the layer nor in a rule.
     NoPolicies,
-    /// Two policies share a name, so they would share state.
+    /// A rule that is not exempt has no policy.
+    RuleWithoutPolicies(String),
+    /// An exempt rule was also given policies.
+    ExemptRuleWithPolicies(String),
+    /// Two policies of one rule (or of the layer) share a name, so they would share state.
     DuplicatePolicyName(String),
+    /// Two rules apply policies of the same name but different parameters; they would fight
+    /// over one counter.
+    ConflictingPolicy(String),
+    /// The name derived for a rule's policy (`<rule label> <parameters>`) is not a valid
+    /// policy name (too long, or holds `"` or `\`); name the rule or the policy.
+    InvalidPolicyName(String),
+    /// With [`Action::Delay`], a leaky-bucket policy could ask a request to wait longer than
+    /// `max_wait`: (B − 1)·T exceeds it.
+    DelayExceedsMaxWait {
+        /// The policy's name.
+        policy: String,
+        /// (B − 1)·T, rounded up.
+        max_delay: Duration,
+        /// The configured maximum wait.
+        max_wait: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
+            ConfigError::RuleWithoutPolicies(r) => {
+                write!(f, "rule {r:?} has no policy and is not exempt")
+            }
+            ConfigError::ExemptRuleWithPolicies(r) => {
+                write!(f, "rule {r:?} is exempt but also has policies")
+            }
             ConfigError::DuplicatePolicyName(n) => write!(
                 f,
-                "two policies are named {n:?}; names must be unique within a layer"
+                "two policies are named {n:?}; names must be unique within a rule"
+            ),
+            ConfigError::ConflictingPolicy(n) => write!(
+                f,
+                "two rules apply policies named {n:?} with different parameters; a shared name means a shared counter, so the parameters must match"
+            ),
+            ConfigError::InvalidPolicyName(n) => write!(
+                f,
+                "the derived policy name {n:?} is not a valid policy name; give the rule a shorter name with Rule::name or the policy an explicit one"
+            ),
+            ConfigError::DelayExceedsMaxWait {
+                policy,
+                max_delay,
+                max_wait,
+            } => write!(
+                f,
+                "leaky-bucket policy {policy:?} can delay a request by up to {} ms, more than the maximum wait of {} ms",
+                max_delay.as_millis(),
+                max_wait.as_millis()
             ),
         }
     }
@@ -54,16 +135,21 @@ impl std::error::Error for ConfigError {}
 
 /// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
 ///
-/// Each request is keyed (by default by the client's peer IP, see [`PeerIp`]), checked
-/// against every policy at once (all-or-nothing) in the backend (by default a
-/// [`MemoryBackend`]), and then:
+/// Each request is matched against the layer's [`Rule`]s (the first that matches applies;
+/// a request no rule matches gets the layer's own policies, and with none is passed through
+/// unchecked), keyed (by default by the client's peer IP, see [`PeerIp`]), checked against
+/// the rule's policies at once (all-or-nothing) in the backend (by default a
+/// [`MemoryBackend`]) with the request's cost (default 1), and then:
 ///
 /// - **admitted**: passed to the inner service; the response gets `RateLimit-Policy` and
 ///   `RateLimit` headers (draft-ietf-httpapi-ratelimit-headers-10). A leaky-bucket policy's
 ///   `delay` is waited out first (shaping).
-/// - **denied**: answered `429 Too Many Requests` with `Retry-After` (RFC 9110; whole seconds
-///   rounded up, at least 1; absent when no wait can help), both headers, and an RFC 9457
-///   problem body. The inner service is never called.
+/// - **denied**: by default ([`Action::Reject`]) answered `429 Too Many Requests` with
+///   `Retry-After` (RFC 9110; whole seconds rounded up, at least 1; absent when no wait can
+///   help), both headers, and an RFC 9457 problem body — or, for a gRPC call, a trailers-only
+///   `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` and `QuotaFailure` details. The inner
+///   service is never called. [`Action::Delay`] waits instead, [`Action::Shadow`] only
+///   records.
 ///
 /// The layer is cheap to clone (one `Arc`); every service it builds shares one state.
 ///
@@ -81,55 +167,100 @@ impl std::error::Error for ConfigError {}
 /// // serve with `app.into_make_service_with_connect_info::<std::net::SocketAddr>()`
 /// # let _ = app; Ok(()) }
 /// ```
+///
+/// Different policies per route, client IPs behind a proxy, an exempt health check:
+/// ```
+/// use std::time::Duration;
+/// use http::Method;
+/// use turnstile::{key::ClientIp, Policy, RateLimitLayer, Rule};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::builder()
+///     .key(ClientIp::new().trust("10.0.0.0/8".parse()?))
+///     .rule(Rule::new().path("/healthz").exempt())
+///     .rule(
+///         Rule::new()
+///             .method(Method::POST)
+///             .path("/login")
+///             .policy(Policy::sliding_log(5, Duration::from_secs(60))?),
+///     )
+///     .policy(Policy::token_bucket(100, Duration::from_secs(60))?)
+///     .build()?;
+/// # let _ = layer; Ok(()) }
+/// ```
 pub struct RateLimitLayer<B = MemoryBackend, K = PeerIp> {
     pub(crate) config: Arc<Config<B, K>>,
 }
 
+/// Everything a service and its futures need.
 pub(crate) struct Config<B, K> {
     pub(crate) backend: B,
-    pub(crate) policies: Arc<[Policy]>,
     pub(crate) key: K,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) stats: Stats,
 }
 
-/// What a response future needs after the check, independent of the backend and key types.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) policy_header: HeaderValue,
+/// The layer's configuration apart from backend and key.
+pub(crate) struct Settings {
+    pub(crate) rules: Box<[CompiledRule]>,
+    /// The layer's own policies, the last entry of `rules` when there are any.
+    pub(crate) has_default: bool,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) exempt_keys: HashSet<Box<str>>,
+    pub(crate) action: Action,
     pub(crate) failure: FailurePolicy,
-    /// Whether a backend incident is in progress (logged once when it starts).
-    incident: AtomicBool,
-    /// Whether the missing-peer-address misconfiguration was logged already.
-    warned_key: AtomicBool,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) legacy_headers: bool,
+    pub(crate) response: Option<DenialFn>,
 }
 
-impl Shared {
+/// Counters and once-per-incident log flags, shared by every service of one layer.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    incident: AtomicBool,
+    warned_key: AtomicBool,
+    shadow_denied: AtomicU64,
+}
+
+impl<B, K> Config<B, K> {
     pub(crate) fn backend_failed(&self, e: &BackendError) {
-        if !self.incident.swap(true, Ordering::Relaxed) {
-            tracing::warn!(error = %e, kind = e.kind(), failure_policy = ?self.failure, "rate-limit backend failed; applying the failure policy until it recovers");
+        if !self.stats.incident.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, kind = e.kind(), failure_policy = ?self.settings.failure, "rate-limit backend failed; applying the failure policy until it recovers");
         }
     }
 
     pub(crate) fn backend_ok(&self) {
-        if self.incident.load(Ordering::Relaxed) && self.incident.swap(false, Ordering::Relaxed) {
+        if self.stats.incident.load(Ordering::Relaxed)
+            && self.stats.incident.swap(false, Ordering::Relaxed)
+        {
             tracing::info!("rate-limit backend recovered");
         }
     }
 
-    pub(crate) fn key_failed(&self, e: &crate::KeyError) {
-        if !self.warned_key.swap(true, Ordering::Relaxed) {
+    pub(crate) fn key_failed(&self, e: &KeyError) {
+        if e.is_misconfiguration() && !self.stats.warned_key.swap(true, Ordering::Relaxed) {
             tracing::error!("{e}");
         }
     }
-}
 
-impl<B: Clone, K: Clone> Clone for Config<B, K> {
-    fn clone(&self) -> Self {
-        Config {
-            backend: self.backend.clone(),
-            policies: Arc::clone(&self.policies),
-            key: self.key.clone(),
-            shared: Arc::clone(&self.shared),
+    pub(crate) fn shadow_denied(&self) {
+        self.stats.shadow_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The cost of `req` under `rule`: the rule's cost function, else the layer's, else 1.
+    pub(crate) fn cost(&self, rule: &CompiledRule, req: &RequestRef<'_>) -> u64 {
+        match rule.rule.cost.as_ref().or(self.settings.cost.as_ref()) {
+            Some(f) => f(req),
+            None => 1,
+        }
+    }
+
+    /// The denial response for `denial`, custom or default, without rate-limit headers.
+    pub(crate) fn denial_response(&self, denial: &Denial<'_>) -> Response<Bytes> {
+        match &self.settings.response {
+            Some(f) => f(denial),
+            None => crate::response::default_denial(denial),
         }
     }
 }
@@ -144,34 +275,25 @@ impl<B, K> Clone for RateLimitLayer<B, K> {
 
 impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.config.settings;
         f.debug_struct("RateLimitLayer")
-            .field("policies", &self.config.policies)
+            .field("rules", &s.rules)
             .field("key", &self.config.key)
-            .field("failure", &self.config.shared.failure)
+            .field("action", &s.action)
+            .field("failure", &s.failure)
+            .field("missing_key", &s.missing_key)
+            .field("response", &DenialFnDebug(&s.response))
             .finish_non_exhaustive()
     }
 }
 
-fn shared(policies: &[Policy], failure: FailurePolicy) -> Arc<Shared> {
-    Arc::new(Shared {
-        policy_header: policy_value(policies),
-        failure,
-        incident: AtomicBool::new(false),
-        warned_key: AtomicBool::new(false),
-    })
-}
-
 impl RateLimitLayer<MemoryBackend, PeerIp> {
-    /// A layer enforcing `policy` per client peer IP, in memory.
+    /// A layer enforcing `policy` on every request per client peer IP, in memory.
     pub fn new(policy: Policy) -> Self {
-        let policies: Arc<[Policy]> = Arc::from([policy]);
-        RateLimitLayer {
-            config: Arc::new(Config {
-                backend: MemoryBackend::new(),
-                shared: shared(&policies, FailurePolicy::default()),
-                policies,
-                key: PeerIp,
-            }),
+        // One valid policy always builds.
+        match Self::builder().policy(policy).build() {
+            Ok(l) => l,
+            Err(e) => unreachable!("a single policy is a valid layer: {e}"),
         }
     }
 
@@ -183,71 +305,130 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
     /// [`ConfigError::NoPolicies`] for an empty list; [`ConfigError::DuplicatePolicyName`]
     /// when two policies share a name.
     pub fn with_policies(policies: impl IntoIterator<Item = Policy>) -> Result<Self, ConfigError> {
-        let policies: Arc<[Policy]> = policies.into_iter().collect();
-        if policies.is_empty() {
-            return Err(ConfigError::NoPolicies);
+        Self::builder().policies(policies).build()
+    }
+
+    /// A builder for everything else: rules, keys, costs, actions, responses, backends.
+    pub fn builder() -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
+        RateLimitLayerBuilder {
+            backend: MemoryBackend::new(),
+            key: PeerIp::new(),
+            policies: Vec::new(),
+            rules: Vec::new(),
+            cost: None,
+            exempt_keys: Vec::new(),
+            action: Action::Reject,
+            failure: FailurePolicy::Open,
+            missing_key: MissingKey::Reject,
+            headers_on_allowed: true,
+            legacy_headers: false,
+            response: None,
         }
-        for (i, p) in policies.iter().enumerate() {
-            if policies[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(ConfigError::DuplicatePolicyName(p.name().to_owned()));
-            }
-        }
-        Ok(RateLimitLayer {
-            config: Arc::new(Config {
-                backend: MemoryBackend::new(),
-                shared: shared(&policies, FailurePolicy::default()),
-                policies,
-                key: PeerIp,
-            }),
-        })
     }
 }
 
-impl<B: Clone, K: Clone> RateLimitLayer<B, K> {
+impl<B, K> RateLimitLayer<B, K> {
     /// The same layer with state in `backend` (for example a shared [`MemoryBackend`], or a
     /// Redis backend so a fleet enforces one limit).
-    pub fn backend<B2>(self, backend: B2) -> RateLimitLayer<B2, K> {
-        let c = Arc::unwrap_or_clone(self.config);
+    pub fn backend<B2>(self, backend: B2) -> RateLimitLayer<B2, K>
+    where
+        K: Clone,
+    {
         RateLimitLayer {
             config: Arc::new(Config {
                 backend,
-                policies: c.policies,
-                key: c.key,
-                shared: c.shared,
+                key: self.config.key.clone(),
+                settings: Arc::clone(&self.config.settings),
+                stats: Stats::default(),
             }),
         }
     }
 
     /// The same layer keying requests by `key` instead.
-    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayer<B, K2> {
-        let c = Arc::unwrap_or_clone(self.config);
+    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayer<B, K2>
+    where
+        B: Clone,
+    {
         RateLimitLayer {
             config: Arc::new(Config {
-                backend: c.backend,
-                policies: c.policies,
+                backend: self.config.backend.clone(),
                 key,
-                shared: c.shared,
+                settings: Arc::clone(&self.config.settings),
+                stats: Stats::default(),
             }),
         }
     }
 
     /// The same layer with `failure` applied when the backend cannot decide.
-    pub fn on_backend_failure(self, failure: FailurePolicy) -> Self {
-        let mut c = Arc::unwrap_or_clone(self.config);
-        c.shared = shared(&c.policies, failure);
+    pub fn on_backend_failure(self, failure: FailurePolicy) -> Self
+    where
+        B: Clone,
+        K: Clone,
+    {
+        self.map_settings(|s| s.failure = failure)
+    }
+
+    /// The same layer with `action` applied to denied requests.
+    ///
+    /// # Errors
+    /// [`ConfigError::DelayExceedsMaxWait`] for [`Action::Delay`] when a leaky-bucket policy
+    /// could ask for a longer delay than its `max_wait`.
+    pub fn with_action(self, action: Action) -> Result<Self, ConfigError>
+    where
+        B: Clone,
+        K: Clone,
+    {
+        check_action(&self.config.settings.rules, action)?;
+        Ok(self.map_settings(|s| s.action = action))
+    }
+
+    fn map_settings(self, f: impl FnOnce(&mut Settings)) -> Self
+    where
+        B: Clone,
+        K: Clone,
+    {
+        let s = &self.config.settings;
+        let mut settings = Settings {
+            rules: s.rules.clone(),
+            has_default: s.has_default,
+            cost: s.cost.clone(),
+            exempt_keys: s.exempt_keys.clone(),
+            action: s.action,
+            failure: s.failure,
+            missing_key: s.missing_key.clone(),
+            headers_on_allowed: s.headers_on_allowed,
+            legacy_headers: s.legacy_headers,
+            response: s.response.clone(),
+        };
+        f(&mut settings);
         RateLimitLayer {
-            config: Arc::new(c),
+            config: Arc::new(Config {
+                backend: self.config.backend.clone(),
+                key: self.config.key.clone(),
+                settings: Arc::new(settings),
+                stats: Stats::default(),
+            }),
         }
     }
 
-    /// The policies checked on every request, in order.
+    /// The layer's own policies (those applied to requests no rule matches), in order.
     pub fn policies(&self) -> &[Policy] {
-        &self.config.policies
+        let s = &self.config.settings;
+        match s.rules.last() {
+            Some(r) if s.has_default => &r.policies,
+            _ => &[],
+        }
     }
 
     /// The backend.
     pub fn backend_ref(&self) -> &B {
         &self.config.backend
+    }
+
+    /// How many requests [`Action::Shadow`] admitted that enforcing would have denied, over
+    /// every service this layer built.
+    pub fn shadow_denied(&self) -> u64 {
+        self.config.stats.shadow_denied.load(Ordering::Relaxed)
     }
 }
 
@@ -259,5 +440,419 @@ impl<S, B, K> Layer<S> for RateLimitLayer<B, K> {
             inner,
             config: Arc::clone(&self.config),
         }
+    }
+}
+
+/// Builds a [`RateLimitLayer`]: rules, key, cost, exempt keys, action, responses, backend.
+///
+/// Made by [`RateLimitLayer::builder`]; every method takes and returns the builder, and
+/// [`RateLimitLayerBuilder::build`] checks the whole configuration at once.
+#[must_use]
+pub struct RateLimitLayerBuilder<B = MemoryBackend, K = PeerIp> {
+    backend: B,
+    key: K,
+    policies: Vec<Policy>,
+    rules: Vec<Rule>,
+    cost: Option<CostFn>,
+    exempt_keys: Vec<String>,
+    action: Action,
+    failure: FailurePolicy,
+    missing_key: MissingKey,
+    headers_on_allowed: bool,
+    legacy_headers: bool,
+    response: Option<DenialFn>,
+}
+
+impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<B, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("key", &self.key)
+            .field("policies", &self.policies)
+            .field("rules", &self.rules)
+            .field("action", &self.action)
+            .field("failure", &self.failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B, K> RateLimitLayerBuilder<B, K> {
+    /// Keeps state in `backend` (default: a new [`MemoryBackend`]).
+    pub fn backend<B2>(self, backend: B2) -> RateLimitLayerBuilder<B2, K> {
+        RateLimitLayerBuilder {
+            backend,
+            key: self.key,
+            policies: self.policies,
+            rules: self.rules,
+            cost: self.cost,
+            exempt_keys: self.exempt_keys,
+            action: self.action,
+            failure: self.failure,
+            missing_key: self.missing_key,
+            headers_on_allowed: self.headers_on_allowed,
+            legacy_headers: self.legacy_headers,
+            response: self.response,
+        }
+    }
+
+    /// Keys requests by `key` (default: [`PeerIp`]).
+    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayerBuilder<B, K2> {
+        RateLimitLayerBuilder {
+            backend: self.backend,
+            key,
+            policies: self.policies,
+            rules: self.rules,
+            cost: self.cost,
+            exempt_keys: self.exempt_keys,
+            action: self.action,
+            failure: self.failure,
+            missing_key: self.missing_key,
+            headers_on_allowed: self.headers_on_allowed,
+            legacy_headers: self.legacy_headers,
+            response: self.response,
+        }
+    }
+
+    /// Adds a policy applied to every request no rule matches (policies keep their own
+    /// names here).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Adds several such policies.
+    pub fn policies(mut self, policies: impl IntoIterator<Item = Policy>) -> Self {
+        self.policies.extend(policies);
+        self
+    }
+
+    /// Adds a rule; rules are tried in the order added, the first that matches applies.
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Charges each request `cost(request)` units (default 1) unless its rule has its own
+    /// cost. A cost of 0 is a query: always admitted, counting nothing.
+    pub fn cost<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&RequestRef<'_>) -> u64 + Send + Sync + 'static,
+    {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Never limits requests whose key is `key` (an allow list; for IP keys, the canonical
+    /// form: `192.0.2.1`, `2001:db8:1:2::/64`).
+    pub fn exempt_key(mut self, key: impl Into<String>) -> Self {
+        self.exempt_keys.push(key.into());
+        self
+    }
+
+    /// Never limits requests with any of `keys`.
+    pub fn exempt_keys(mut self, keys: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.exempt_keys.extend(keys.into_iter().map(Into::into));
+        self
+    }
+
+    /// What to do with denied requests (default [`Action::Reject`]).
+    pub fn action(mut self, action: Action) -> Self {
+        self.action = action;
+        self
+    }
+
+    /// What to do when the backend cannot decide (default [`FailurePolicy::Open`]).
+    pub fn on_backend_failure(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// What to do with requests whose key cannot be extracted (default
+    /// [`MissingKey::Reject`]).
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        self.missing_key = missing;
+        self
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
+    /// Denials always do.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.headers_on_allowed = on;
+        self
+    }
+
+    /// Whether responses also carry the legacy `X-RateLimit-Limit`, `-Remaining` and
+    /// `-Reset` (delta seconds) of the binding policy (default: no).
+    pub fn legacy_headers(mut self, on: bool) -> Self {
+        self.legacy_headers = on;
+        self
+    }
+
+    /// Answers denials with `f`'s response instead of the default (an RFC 9457 problem, or
+    /// gRPC `RESOURCE_EXHAUSTED`). `f` is told the decision and whether the request is
+    /// gRPC; [`Denial::default_response`] gives the default to start from. The layer adds
+    /// `RateLimit-Policy` and `RateLimit` (and the legacy fields if enabled) to whatever `f`
+    /// returns.
+    pub fn denial_response<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.response = Some(Arc::new(f));
+        self
+    }
+
+    /// Checks the configuration and builds the layer.
+    ///
+    /// # Errors
+    /// [`ConfigError`]: no policy anywhere, a non-exempt rule without policies, duplicate or
+    /// conflicting policy names, an invalid derived name, or (with [`Action::Delay`]) a leaky
+    /// bucket that could delay longer than the maximum wait.
+    pub fn build(self) -> Result<RateLimitLayer<B, K>, ConfigError> {
+        let mut rules: Vec<CompiledRule> = Vec::with_capacity(self.rules.len() + 1);
+        for rule in self.rules {
+            rules.push(compile(rule, true)?);
+        }
+        let has_default = !self.policies.is_empty();
+        if has_default {
+            rules.push(compile(Rule::new().policies(self.policies), false)?);
+        }
+        if !rules
+            .iter()
+            .any(|r| !r.rule.exempt && !r.policies.is_empty())
+        {
+            return Err(ConfigError::NoPolicies);
+        }
+        // A shared name is a shared counter: the parameters must agree.
+        let all: Vec<&Policy> = rules.iter().flat_map(|r| r.policies.iter()).collect();
+        for (i, p) in all.iter().enumerate() {
+            if all[..i]
+                .iter()
+                .any(|q| q.name() == p.name() && q.fingerprint() != p.fingerprint())
+            {
+                return Err(ConfigError::ConflictingPolicy(p.name().to_owned()));
+            }
+        }
+        check_action(&rules, self.action)?;
+        Ok(RateLimitLayer {
+            config: Arc::new(Config {
+                backend: self.backend,
+                key: self.key,
+                settings: Arc::new(Settings {
+                    rules: rules.into_boxed_slice(),
+                    has_default,
+                    cost: self.cost,
+                    exempt_keys: self
+                        .exempt_keys
+                        .into_iter()
+                        .map(String::into_boxed_str)
+                        .collect(),
+                    action: self.action,
+                    failure: self.failure,
+                    missing_key: self.missing_key,
+                    headers_on_allowed: self.headers_on_allowed,
+                    legacy_headers: self.legacy_headers,
+                    response: self.response,
+                }),
+                stats: Stats::default(),
+            }),
+        })
+    }
+}
+
+/// Names a rule's policies and precomputes what the layer needs. `derive_names`: whether
+/// unnamed policies are named after the rule (the layer's own policies keep theirs).
+fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, ConfigError> {
+    let label = rule.label();
+    if rule.exempt && !rule.policies.is_empty() {
+        return Err(ConfigError::ExemptRuleWithPolicies(label));
+    }
+    if !rule.exempt && rule.policies.is_empty() {
+        return Err(ConfigError::RuleWithoutPolicies(label));
+    }
+    let mut policies = Vec::with_capacity(rule.policies.len());
+    for p in &rule.policies {
+        let p = if derive_names && !p.has_explicit_name() {
+            let name = format!("{label} {}", p.name());
+            p.clone()
+                .with_name(&name)
+                .map_err(|_| ConfigError::InvalidPolicyName(name))?
+        } else {
+            p.clone()
+        };
+        if policies.iter().any(|q: &Policy| q.name() == p.name()) {
+            return Err(ConfigError::DuplicatePolicyName(p.name().to_owned()));
+        }
+        policies.push(p);
+    }
+    let max_leaky_delay = policies
+        .iter()
+        .filter(|p| p.algorithm() == Algorithm::LeakyBucket)
+        .map(max_leaky_delay)
+        .max()
+        .unwrap_or(Duration::ZERO);
+    let policies: Arc<[Policy]> = policies.into();
+    Ok(CompiledRule {
+        policy_header: policy_value(&policies),
+        policies,
+        rule,
+        max_leaky_delay,
+    })
+}
+
+/// (B − 1)·T = (B − 1)·P / L, rounded up to whole nanoseconds: the longest `delay` a leaky
+/// bucket gives a request costing at least 1.
+fn max_leaky_delay(p: &Policy) -> Duration {
+    let b = u128::from(p.capacity().saturating_sub(1));
+    let ns = (b * u128::from(p.period_ms()) * 1_000_000).div_ceil(u128::from(p.limit().max(1)));
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), ConfigError> {
+    if let Action::Delay { max_wait } = action {
+        for r in rules {
+            for p in r.policies.iter() {
+                if p.algorithm() == Algorithm::LeakyBucket {
+                    let max_delay = max_leaky_delay(p);
+                    if max_delay > max_wait {
+                        return Err(ConfigError::DelayExceedsMaxWait {
+                            policy: p.name().to_owned(),
+                            max_delay,
+                            max_wait,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Policy {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn rule_policies_are_named_after_their_rule() {
+        let l = RateLimitLayer::builder()
+            .rule(
+                Rule::new()
+                    .method(http::Method::POST)
+                    .path("/login")
+                    .policy(p("fixed-window:limit=5,period=1m")),
+            )
+            .rule(
+                Rule::new()
+                    .path("/a")
+                    .policy(p("fixed-window:limit=5,period=1m")),
+            )
+            .rule(
+                Rule::new()
+                    .path("/b")
+                    .policy(p("gcra:limit=5,period=1m,name=shared")),
+            )
+            .rule(
+                Rule::new()
+                    .path("/c")
+                    .policy(p("gcra:limit=5,period=1m,name=shared")),
+            )
+            .policy(p("token-bucket:limit=100,period=1m"))
+            .build()
+            .unwrap();
+        let names: Vec<&str> = l
+            .config
+            .settings
+            .rules
+            .iter()
+            .flat_map(|r| r.policies.iter().map(Policy::name))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "POST /login fixed-window:limit=5,period=1m",
+                "/a fixed-window:limit=5,period=1m",
+                "shared",
+                "shared",
+                "token-bucket:limit=100,period=1m"
+            ]
+        );
+        assert_eq!(l.policies().len(), 1);
+    }
+
+    #[test]
+    fn invalid_configurations_are_refused() {
+        let err = |b: RateLimitLayerBuilder| b.build().unwrap_err();
+        assert_eq!(err(RateLimitLayer::builder()), ConfigError::NoPolicies);
+        assert_eq!(
+            err(RateLimitLayer::builder().rule(Rule::new().path("/x").exempt())),
+            ConfigError::NoPolicies
+        );
+        assert!(matches!(
+            err(RateLimitLayer::builder().rule(Rule::new().path("/x"))),
+            ConfigError::RuleWithoutPolicies(_)
+        ));
+        assert!(matches!(
+            err(RateLimitLayer::builder()
+                .rule(
+                    Rule::new()
+                        .path("/b")
+                        .policy(p("gcra:limit=5,period=1m,name=s"))
+                )
+                .rule(
+                    Rule::new()
+                        .path("/c")
+                        .policy(p("gcra:limit=6,period=1m,name=s"))
+                )),
+            ConfigError::ConflictingPolicy(_)
+        ));
+        assert!(matches!(
+            err(RateLimitLayer::builder().policies([
+                p("gcra:limit=5,period=1m,name=s"),
+                p("gcra:limit=6,period=1m,name=s")
+            ])),
+            ConfigError::DuplicatePolicyName(_)
+        ));
+        assert!(matches!(
+            err(RateLimitLayer::builder().rule(
+                Rule::new()
+                    .path("/\"quoted\"")
+                    .policy(p("gcra:limit=5,period=1m"))
+            )),
+            ConfigError::InvalidPolicyName(_)
+        ));
+    }
+
+    #[test]
+    fn a_leaky_bucket_longer_than_the_maximum_wait_is_refused() {
+        // B = 5, T = 200 ms: (B − 1)·T = 800 ms.
+        let lb = || p("leaky-bucket:limit=5,period=1s");
+        let ok = RateLimitLayer::builder()
+            .policy(lb())
+            .action(Action::delay(Duration::from_millis(800)))
+            .build();
+        assert!(ok.is_ok());
+        let too_short = RateLimitLayer::builder()
+            .policy(lb())
+            .action(Action::delay(Duration::from_millis(799)))
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            too_short,
+            ConfigError::DelayExceedsMaxWait {
+                policy: "leaky-bucket:limit=5,period=1s".into(),
+                max_delay: Duration::from_millis(800),
+                max_wait: Duration::from_millis(799)
+            }
+        );
+        // T = 1000/3 ms, B − 1 = 2: 666.666667 ms, rounded up.
+        assert_eq!(
+            max_leaky_delay(&p("leaky-bucket:limit=3,period=1s")),
+            Duration::from_nanos(666_666_667)
+        );
+        assert!(RateLimitLayer::new(lb())
+            .with_action(Action::delay(Duration::from_millis(100)))
+            .is_err());
     }
 }

@@ -31,17 +31,20 @@
 
 mod body;
 mod future;
+mod grpc;
 pub mod headers;
-mod key;
+pub mod key;
 mod layer;
 mod response;
+mod rule;
 mod service;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
-pub use key::{KeyError, KeyExtractor, PeerIp};
-pub use layer::{ConfigError, FailurePolicy, RateLimitLayer};
-pub use response::QUOTA_EXCEEDED_TYPE;
+pub use key::{KeyError, KeyExtractor, MissingKey, PeerIp};
+pub use layer::{Action, ConfigError, FailurePolicy, RateLimitLayer, RateLimitLayerBuilder};
+pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
+pub use rule::Rule;
 pub use service::RateLimit;
 
 pub use turnstile_core::{

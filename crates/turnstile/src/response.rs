@@ -1,26 +1,120 @@
-//! Responses turnstile writes itself: the 429 denial and misconfiguration errors.
+//! Responses turnstile writes itself: denials (HTTP 429 or gRPC `RESOURCE_EXHAUSTED`),
+//! fail-closed backend failures (503 / `UNAVAILABLE`) and requests without a key.
 
+use std::fmt;
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
-use turnstile_core::Decision;
+use turnstile_core::{Decision, Policy};
 
-use crate::body::ResponseBody;
-use crate::headers::{ratelimit_value, retry_after_secs, RATELIMIT, RATELIMIT_POLICY};
+use crate::grpc::{self, Code};
+use crate::headers::retry_after_secs;
+use crate::key::KeyError;
 
 /// The RFC 9457 problem type for a request over quota, registered with IANA by
 /// draft-ietf-httpapi-ratelimit-headers.
 pub const QUOTA_EXCEEDED_TYPE: &str =
     "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
+/// The protocol a request speaks, as far as denial responses go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Plain HTTP: denied with `429 Too Many Requests`.
+    Http,
+    /// gRPC (`content-type: application/grpc*`): denied with a trailers-only
+    /// `RESOURCE_EXHAUSTED`.
+    Grpc,
+}
+
+/// What a custom denial response function is told about a denied request.
+#[derive(Debug)]
+pub struct Denial<'a> {
+    pub(crate) decision: &'a Decision,
+    pub(crate) policies: &'a [Policy],
+    pub(crate) protocol: Protocol,
+    pub(crate) cost: u64,
+}
+
+impl<'a> Denial<'a> {
+    /// The backend's decision: every policy's result, the binding one, the retry delay.
+    pub fn decision(&self) -> &'a Decision {
+        self.decision
+    }
+
+    /// The policies that were checked, in order (their names match the decision's).
+    pub fn policies(&self) -> &'a [Policy] {
+        self.policies
+    }
+
+    /// The request's protocol.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Whether the request is a gRPC call (and so expects a gRPC status, not an HTTP error).
+    pub fn is_grpc(&self) -> bool {
+        self.protocol == Protocol::Grpc
+    }
+
+    /// The request's cost in units.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// How long until the same request would be admitted; `None` when it never can be (its
+    /// cost exceeds a policy's capacity).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.decision.retry_after()
+    }
+
+    /// The response turnstile sends by default: an RFC 9457 problem (HTTP) or a trailers-only
+    /// `RESOURCE_EXHAUSTED` with `RetryInfo` and `QuotaFailure` (gRPC), without the
+    /// rate-limit headers (the layer adds them).
+    pub fn default_response(&self) -> Response<Bytes> {
+        default_denial(self)
+    }
+}
+
+/// A user's denial response function.
+pub(crate) type DenialFn = Arc<dyn Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync>;
+
+/// Wraps a `DenialFn` for `Debug` output.
+pub(crate) struct DenialFnDebug<'a>(pub(crate) &'a Option<DenialFn>);
+
+impl fmt::Debug for DenialFnDebug<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "custom"
+        } else {
+            "default"
+        })
+    }
+}
+
+/// The human-readable reason for a denial.
+fn detail(decision: &Decision) -> String {
+    match decision.retry_after() {
+        Some(d) => format!("Rate limit exceeded; retry in {} s.", retry_after_secs(d)),
+        None => "This request costs more than the policy's capacity and will never be admitted under this policy.".to_owned(),
+    }
+}
+
+/// The default denial for `d`'s protocol, without rate-limit headers.
+pub(crate) fn default_denial(d: &Denial<'_>) -> Response<Bytes> {
+    match d.protocol {
+        Protocol::Grpc => grpc::resource_exhausted(d.decision, &detail(d.decision), d.cost),
+        Protocol::Http => too_many_requests(d.decision),
+    }
+}
+
 /// `429 Too Many Requests` (RFC 6585) for a denied `decision`: `Retry-After` in whole seconds
-/// rounded up, at least 1 (omitted when no wait can help), `RateLimit-Policy` and
-/// `RateLimit`, and an RFC 9457 `application/problem+json` body naming the violated policies.
-pub(crate) fn too_many_requests<B>(
-    decision: &Decision,
-    policy_header: &HeaderValue,
-) -> Response<ResponseBody<B>> {
+/// rounded up, at least 1 (omitted when no wait can help), and an RFC 9457
+/// `application/problem+json` body naming the violated policies.
+fn too_many_requests(decision: &Decision) -> Response<Bytes> {
     let mut names = String::new();
     for (i, p) in decision.violated().enumerate() {
         if i > 0 {
@@ -29,17 +123,11 @@ pub(crate) fn too_many_requests<B>(
         // Policy names hold no '"' or '\', so they need no JSON escaping.
         let _ = write!(names, "\"{}\"", p.name());
     }
-    let detail = match decision.retry_after() {
-        Some(d) => format!(
-            "Rate limit exceeded; retry in {} s.",
-            retry_after_secs(d)
-        ),
-        None => "This request costs more than the policy's capacity and will never be admitted under this policy.".to_owned(),
-    };
+    let detail = detail(decision);
     let body = format!(
         "{{\"type\":\"{QUOTA_EXCEEDED_TYPE}\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"{detail}\",\"violated-policies\":[{names}]}}"
     );
-    let mut res = Response::new(ResponseBody::full(Bytes::from(body)));
+    let mut res = Response::new(Bytes::from(body));
     *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let h = res.headers_mut();
     h.insert(
@@ -49,14 +137,33 @@ pub(crate) fn too_many_requests<B>(
     if let Some(d) = decision.retry_after() {
         h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
     }
-    h.insert(RATELIMIT_POLICY, policy_header.clone());
-    h.insert(RATELIMIT, ratelimit_value(decision));
     res
 }
 
-/// A plain-text error response turnstile writes itself (misconfiguration, backend failure).
-pub(crate) fn plain<B>(status: StatusCode, text: &'static str) -> Response<ResponseBody<B>> {
-    let mut res = Response::new(ResponseBody::full(Bytes::from_static(text.as_bytes())));
+/// The fail-closed answer when the backend cannot decide: `503` or `UNAVAILABLE`.
+pub(crate) fn unavailable(grpc: bool) -> Response<Bytes> {
+    const MSG: &str = "The rate limiter is unavailable; try again later.";
+    if grpc {
+        grpc::status_only(Code::Unavailable, MSG)
+    } else {
+        plain(StatusCode::SERVICE_UNAVAILABLE, format!("{MSG}\n"))
+    }
+}
+
+/// The answer to a request whose key cannot be extracted.
+pub(crate) fn key_error(e: &KeyError, grpc: bool) -> Response<Bytes> {
+    let msg = e.message();
+    match (grpc, e.is_misconfiguration()) {
+        (true, true) => grpc::status_only(Code::Internal, msg.trim_end()),
+        (true, false) => grpc::status_only(Code::InvalidArgument, msg.trim_end()),
+        (false, true) => plain(StatusCode::INTERNAL_SERVER_ERROR, msg.into_owned()),
+        (false, false) => plain(StatusCode::BAD_REQUEST, msg.into_owned()),
+    }
+}
+
+/// A plain-text response.
+pub(crate) fn plain(status: StatusCode, text: String) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::from(text));
     *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -39,7 +39,7 @@ impl<S: fmt::Debug, B, K: fmt::Debug> fmt::Debug for RateLimit<S, B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policies", &self.config.policies)
+            .field("rules", &self.config.settings.rules)
             .field("key", &self.config.key)
             .finish_non_exhaustive()
     }
@@ -71,7 +71,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<B::Future, S, Request<ReqBody>, S::Future>;
+    type Future = ResponseFuture<B, K, S, Request<ReqBody>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -81,16 +81,6 @@ where
         // Take the service that was driven to readiness; leave a clone for the next call.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let config = &*self.config;
-        match config.key.extract(&req) {
-            Ok(key) => {
-                let check = config.backend.check(&key, &config.policies, 1);
-                ResponseFuture::checking(check, inner, req, Arc::clone(&config.shared))
-            }
-            Err(e) => {
-                config.shared.key_failed(&e);
-                ResponseFuture::key_failed(e, Arc::clone(&config.shared))
-            }
-        }
+        ResponseFuture::start(Arc::clone(&self.config), inner, req)
     }
 }

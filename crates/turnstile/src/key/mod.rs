@@ -1,20 +1,65 @@
 //! Key extractors: which client a request counts against.
+//!
+//! A key is a string; two requests share quota exactly when their keys (and policy names)
+//! match. The extractors here produce canonical strings, so the same client always gets the
+//! same key:
+//!
+//! | extractor | key |
+//! | --- | --- |
+//! | [`PeerIp`] | the TCP peer's IP: `192.0.2.1`, or an IPv6 /64 network `2001:db8:1:2::/64` |
+//! | [`ClientIp`] | the client's IP behind trusted proxies (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`), same form |
+//! | [`HeaderKey`] | a header's value, e.g. an API key |
+//! | [`Route`] | axum's matched route pattern, e.g. `/users/{id}` (feature `axum`) |
+//! | [`GrpcMethod`] | the gRPC `service/method`, e.g. `helloworld.Greeter/SayHello` |
+//! | [`GlobalKey`] | one key for every request: `global` |
+//! | [`KeyFn`] | whatever your closure returns ([`key_fn`]) |
+//! | `(A, B)`, `(A, B, C)` | the parts joined by `|` (a `|` or `%` inside a part is percent-encoded) |
 
+use std::borrow::Cow;
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
-use http::Request;
+use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri, Version};
+
+mod ip;
+
+pub(crate) use ip::peer_addr;
+pub use ip::{ClientIp, ForwardedHeader, InvalidPrefix, PeerIp};
 
 /// Derives the client key a request is limited by.
 ///
-/// Implementations must be cheap to clone (they are shared by every clone of the service).
+/// Implementations must be cheap to clone (they are shared by every clone of the service)
+/// and must not panic.
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The key for `req`.
     ///
     /// # Errors
-    /// [`KeyError`] when the request carries nothing to key it by; the layer then answers
-    /// with an error response explaining the misconfiguration.
+    /// [`KeyError`] when the request carries nothing to key it by; the layer then applies its
+    /// [`MissingKey`] outcome (by default an error response explaining what is missing).
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError>;
+}
+
+/// What the layer does with a request whose key cannot be extracted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Answer with an error response saying what is missing (the default): `500` with a fix
+    /// for a server misconfiguration (no peer address, no matched route), `400` for a request
+    /// that lacks what it is keyed by (a header); for gRPC, `INTERNAL` or
+    /// `INVALID_ARGUMENT`. The inner service is not called.
+    #[default]
+    Reject,
+    /// Admit the request without checking it (and without rate-limit headers).
+    Allow,
+    /// Count every such request under this one shared key.
+    Key(Arc<str>),
+}
+
+impl MissingKey {
+    /// Count every request without a key under the shared key `key`.
+    pub fn key(key: impl Into<Arc<str>>) -> Self {
+        MissingKey::Key(key.into())
+    }
 }
 
 /// Why no key could be extracted from a request.
@@ -23,14 +68,43 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
 pub enum KeyError {
     /// The request has no peer address: the server was not set up to record it.
     MissingPeerAddr,
+    /// The request lacks the header it is keyed by (or the header is empty).
+    MissingHeader(HeaderName),
+    /// The request has no axum `MatchedPath`: the layer runs outside a router's routes.
+    MissingMatchedPath,
+    /// The request's path is not a gRPC `/service/method` path.
+    NotGrpc,
+    /// A custom key function returned no key.
+    Rejected,
 }
 
 impl KeyError {
-    /// The explanation sent as the body of the `500 Internal Server Error` response and logged.
-    pub fn message(&self) -> &'static str {
+    /// Whether the error is the server's misconfiguration (answered `500`, logged once) rather
+    /// than something the request lacks (answered `400`).
+    pub fn is_misconfiguration(&self) -> bool {
+        matches!(
+            self,
+            KeyError::MissingPeerAddr | KeyError::MissingMatchedPath
+        )
+    }
+
+    /// The explanation sent as the body of the error response and logged.
+    pub fn message(&self) -> Cow<'static, str> {
         match self {
-            KeyError::MissingPeerAddr => {
-                "turnstile: this request has no peer address to rate-limit by. With axum, serve the router with `into_make_service_with_connect_info::<SocketAddr>()`, e.g. `axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())`.\n"
+            KeyError::MissingPeerAddr => Cow::Borrowed(
+                "turnstile: this request has no peer address to rate-limit by. With axum, serve the router with `into_make_service_with_connect_info::<SocketAddr>()`, e.g. `axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())`; tonic's `Server` records it by itself.\n",
+            ),
+            KeyError::MissingHeader(h) => Cow::Owned(format!(
+                "turnstile: this request has no `{h}` header to rate-limit by.\n"
+            )),
+            KeyError::MissingMatchedPath => Cow::Borrowed(
+                "turnstile: this request has no matched route to rate-limit by. Add the layer with axum's `Router::layer` or `Router::route_layer`, which run after routing.\n",
+            ),
+            KeyError::NotGrpc => Cow::Borrowed(
+                "turnstile: this request is not a gRPC call (`/package.Service/Method`) and cannot be rate-limited by gRPC method.\n",
+            ),
+            KeyError::Rejected => {
+                Cow::Borrowed("turnstile: no rate-limit key could be derived from this request.\n")
             }
         }
     }
@@ -44,41 +118,244 @@ impl fmt::Display for KeyError {
 
 impl std::error::Error for KeyError {}
 
-/// Keys each request by the IP address of the TCP peer, as axum records it in
-/// `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info`). An
-/// IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) counts as the IPv4 address it maps.
-///
-/// A bare [`SocketAddr`] in the request extensions is used as well, for servers other than
-/// axum that record the peer that way.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PeerIp;
+/// A borrowed view of a request's head, handed to closures ([`key_fn`], cost functions).
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRef<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    version: Version,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+}
 
-impl KeyExtractor for PeerIp {
+impl<'a> RequestRef<'a> {
+    /// A view of `req`'s head.
+    pub fn new<B>(req: &'a Request<B>) -> Self {
+        RequestRef {
+            method: req.method(),
+            uri: req.uri(),
+            version: req.version(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+        }
+    }
+
+    /// The request method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The request URI.
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+
+    /// The URI's path.
+    pub fn path(&self) -> &'a str {
+        self.uri.path()
+    }
+
+    /// The HTTP version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The request headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The request extensions (peer address, matched route, ...).
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+
+    /// Whether the request is a gRPC call: its `content-type` starts with `application/grpc`.
+    pub fn is_grpc(&self) -> bool {
+        is_grpc(self.headers)
+    }
+
+    /// The peer's socket address, as axum (`ConnectInfo<SocketAddr>`), tonic
+    /// (`TcpConnectInfo`, feature `tonic`) or a bare `SocketAddr` extension records it.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        peer_addr(self.extensions)
+    }
+}
+
+/// Whether `headers` say the request is gRPC (`content-type: application/grpc*`).
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Keys each request by the value of one header, such as `x-api-key`. The first value is
+/// used; a request without the header (or with an empty value) gets
+/// [`KeyError::MissingHeader`]. Bytes outside visible ASCII are percent-encoded.
+#[derive(Clone, Debug)]
+pub struct HeaderKey {
+    name: HeaderName,
+}
+
+impl HeaderKey {
+    /// Keys by the header `name`.
+    pub fn new(name: HeaderName) -> Self {
+        HeaderKey { name }
+    }
+
+    /// Keys by the header `name`, given as a static string such as `"x-api-key"`.
+    ///
+    /// # Errors
+    /// [`http::header::InvalidHeaderName`] when `name` is not a valid header name.
+    pub fn named(name: &str) -> Result<Self, http::header::InvalidHeaderName> {
+        Ok(HeaderKey {
+            name: HeaderName::from_bytes(name.as_bytes())?,
+        })
+    }
+}
+
+impl KeyExtractor for HeaderKey {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
-        peer_addr(req)
-            .map(|a| canonical_ip(a.ip()).to_string())
-            .ok_or(KeyError::MissingPeerAddr)
+        match req.headers().get(&self.name) {
+            Some(v) if !v.is_empty() => Ok(escape_bytes(v.as_bytes(), b"%")),
+            _ => Err(KeyError::MissingHeader(self.name.clone())),
+        }
     }
 }
 
-/// The peer address recorded in the request's extensions, if any.
-pub(crate) fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
-    #[cfg(feature = "axum")]
-    if let Some(axum::extract::ConnectInfo(addr)) = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
-    {
-        return Some(*addr);
+/// Keys each request by axum's matched route pattern (`MatchedPath`), e.g. `/users/{id}`,
+/// so every route has its own quota shared by all clients. Combine it with an IP key,
+/// `(Route, PeerIp::new())`, for a per-route, per-client quota.
+#[cfg(feature = "axum")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Route;
+
+#[cfg(feature = "axum")]
+impl KeyExtractor for Route {
+    fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        req.extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map(|p| p.as_str().to_owned())
+            .ok_or(KeyError::MissingMatchedPath)
     }
-    req.extensions().get::<SocketAddr>().copied()
 }
 
-/// IPv4-mapped IPv6 addresses as IPv4; everything else unchanged.
-pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+/// Keys each request by its gRPC service and method, `package.Service/Method`, taken from
+/// the path `/package.Service/Method`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GrpcMethod;
+
+impl KeyExtractor for GrpcMethod {
+    fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        grpc_path(req.uri().path())
+            .map(|(s, m)| format!("{s}/{m}"))
+            .ok_or(KeyError::NotGrpc)
     }
+}
+
+/// Splits a gRPC path `/package.Service/Method` into service and method.
+pub(crate) fn grpc_path(path: &str) -> Option<(&str, &str)> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    (!service.is_empty() && !method.is_empty() && !method.contains('/'))
+        .then_some((service, method))
+}
+
+/// One key, `global`, for every request: the policies limit the whole service.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GlobalKey;
+
+impl KeyExtractor for GlobalKey {
+    fn extract<B>(&self, _req: &Request<B>) -> Result<String, KeyError> {
+        Ok(String::from("global"))
+    }
+}
+
+/// Keys each request by a closure over its head; see [`key_fn`].
+#[derive(Clone)]
+pub struct KeyFn<F> {
+    f: F,
+}
+
+impl<F> fmt::Debug for KeyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyFn").finish_non_exhaustive()
+    }
+}
+
+/// Keys each request by `f`'s answer; `None` means no key ([`KeyError::Rejected`]).
+///
+/// # Examples
+/// ```
+/// use turnstile::key::{key_fn, RequestRef};
+///
+/// // The tenant named in the path, /t/{tenant}/...
+/// let by_tenant = key_fn(|req: &RequestRef<'_>| {
+///     req.path().strip_prefix("/t/")?.split('/').next().map(str::to_owned)
+/// });
+/// # let _ = by_tenant;
+/// ```
+pub fn key_fn<F>(f: F) -> KeyFn<F>
+where
+    F: Fn(&RequestRef<'_>) -> Option<String> + Clone + Send + Sync + 'static,
+{
+    KeyFn { f }
+}
+
+impl<F> KeyExtractor for KeyFn<F>
+where
+    F: Fn(&RequestRef<'_>) -> Option<String> + Clone + Send + Sync + 'static,
+{
+    fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        (self.f)(&RequestRef::new(req)).ok_or(KeyError::Rejected)
+    }
+}
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
+    fn extract<R>(&self, req: &Request<R>) -> Result<String, KeyError> {
+        let a = self.0.extract(req)?;
+        let b = self.1.extract(req)?;
+        Ok(join(&[&a, &b]))
+    }
+}
+
+impl<A: KeyExtractor, B: KeyExtractor, C: KeyExtractor> KeyExtractor for (A, B, C) {
+    fn extract<R>(&self, req: &Request<R>) -> Result<String, KeyError> {
+        let a = self.0.extract(req)?;
+        let b = self.1.extract(req)?;
+        let c = self.2.extract(req)?;
+        Ok(join(&[&a, &b, &c]))
+    }
+}
+
+/// Joins key parts with `|`, percent-encoding `%` and `|` inside parts so the result is
+/// unambiguous.
+fn join(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        if p.contains(['%', '|']) {
+            out.push_str(&escape_bytes(p.as_bytes(), b"%|"));
+        } else {
+            out.push_str(p);
+        }
+    }
+    out
+}
+
+/// Visible ASCII and space as they are; every other byte, and those in `extra`,
+/// percent-encoded.
+fn escape_bytes(bytes: &[u8], extra: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && !extra.contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -86,14 +363,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mapped_ipv6_counts_as_ipv4() {
-        let mut req = Request::new(());
-        req.extensions_mut()
-            .insert("[::ffff:192.0.2.1]:443".parse::<SocketAddr>().unwrap());
-        assert_eq!(PeerIp.extract(&req).unwrap(), "192.0.2.1");
+    fn grpc_paths() {
         assert_eq!(
-            PeerIp.extract(&Request::new(())),
-            Err(KeyError::MissingPeerAddr)
+            grpc_path("/helloworld.Greeter/SayHello"),
+            Some(("helloworld.Greeter", "SayHello"))
         );
+        for bad in ["/", "//x", "/a/", "/a/b/c", "a/b", ""] {
+            assert_eq!(grpc_path(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn combined_keys_are_unambiguous() {
+        assert_eq!(join(&["a|b", "c"]), "a%7Cb|c");
+        assert_eq!(join(&["a", "b|c"]), "a|b%7Cc");
+        assert_eq!(join(&["50%", "x"]), "50%25|x");
+        let mut req = Request::new(());
+        req.headers_mut()
+            .insert("x-api-key", http::HeaderValue::from_static("k1"));
+        req.extensions_mut()
+            .insert("192.0.2.1:1".parse::<std::net::SocketAddr>().unwrap());
+        let k = (HeaderKey::named("x-api-key").unwrap(), PeerIp::new());
+        assert_eq!(k.extract(&req).unwrap(), "k1|192.0.2.1");
+        assert_eq!(
+            (GlobalKey, GrpcMethod).extract(&req),
+            Err(KeyError::NotGrpc)
+        );
+    }
+
+    #[test]
+    fn header_key_needs_a_non_empty_value() {
+        let k = HeaderKey::named("x-api-key").unwrap();
+        let mut req = Request::new(());
+        assert!(matches!(k.extract(&req), Err(KeyError::MissingHeader(_))));
+        req.headers_mut()
+            .insert("x-api-key", http::HeaderValue::from_static(""));
+        assert!(matches!(k.extract(&req), Err(KeyError::MissingHeader(_))));
+        req.headers_mut().insert(
+            "x-api-key",
+            http::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+        );
+        assert_eq!(k.extract(&req).unwrap(), "caf%C3%A9");
     }
 }
