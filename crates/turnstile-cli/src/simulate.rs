@@ -32,7 +32,8 @@ pub(crate) fn run(args: &SimulateArgs, policies: &[Policy]) -> ExitCode {
     let flushed = out.flush();
     match result.and(flushed.map_err(Failure::Write)) {
         Ok(()) => ExitCode::SUCCESS,
-        // A closed pipe (`turnstile simulate | head`) is the reader's choice, not an error.
+        // A closed pipe (`turnstile simulate | head`): the reader chose to stop, so say
+        // nothing, but not everything was written, so do not claim success either.
         Err(Failure::Write(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
             ExitCode::from(EXIT_DATA)
         }
@@ -51,7 +52,12 @@ enum Failure {
     /// The trace could not be read or a line is malformed.
     Trace(TraceError),
     /// The backend could not decide a request.
-    Backend { line: u64, error: String },
+    Backend {
+        /// The trace line of the request.
+        line: u64,
+        /// The backend's error.
+        error: String,
+    },
     /// Writing the output failed.
     Write(io::Error),
 }

@@ -155,6 +155,7 @@ impl Summary {
     }
 }
 
+/// One table row: the key as shown, then its counts.
 fn row(key: String, counts: &Counts) -> [String; 7] {
     let [a, b, c, d, e, f] = counts.cells();
     [key, a, b, c, d, e, f]
