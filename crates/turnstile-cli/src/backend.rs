@@ -1,13 +1,18 @@
 //! The one place where a simulation's backend is chosen.
 
+use std::time::Duration;
+
 use clap::ValueEnum;
-use turnstile_core::{BackendError, Decision, MemoryBackend, Policy};
+use turnstile_core::{Backend, BackendError, Decision, MemoryBackend, Policy};
+use turnstile_redis::{OnFailure, RedisBackend};
 
 /// Which backend decides the simulated requests (`--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum BackendKind {
     /// The in-memory backend of `turnstile-core`, with no cap on tracked keys.
     Memory,
+    /// Redis at `--redis-url` (a fresh random key prefix per run, deleted at the end).
+    Redis,
 }
 
 /// A backend as the simulation uses it: one synchronous check at an explicit time.
@@ -21,6 +26,11 @@ pub(crate) trait SimBackend {
         cost: u64,
         t_ms: u64,
     ) -> Result<Decision, BackendError>;
+
+    /// Cleans up after the run (Redis: deletes the run's keys).
+    fn finish(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 impl SimBackend for MemoryBackend {
@@ -35,10 +45,60 @@ impl SimBackend for MemoryBackend {
     }
 }
 
+/// Redis driven from the synchronous simulation loop through a single-threaded runtime.
+struct RedisSim {
+    runtime: tokio::runtime::Runtime,
+    backend: RedisBackend,
+}
+
+impl SimBackend for RedisSim {
+    fn decide(
+        &self,
+        key: &str,
+        policies: &[Policy],
+        cost: u64,
+        t_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        self.runtime
+            .block_on(self.backend.check_at(key, policies, cost, t_ms))
+    }
+
+    fn finish(&self) -> Result<(), BackendError> {
+        self.runtime
+            .block_on(self.backend.delete_prefix())
+            .map(drop)
+    }
+}
+
+/// A key prefix no other run uses: the time in ns and the process id.
+fn fresh_prefix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("turnstile:sim:{nanos:x}{:x}", std::process::id())
+}
+
 /// Opens the backend `kind` names, fresh (no key has any state yet).
-pub(crate) fn open(kind: BackendKind) -> Box<dyn SimBackend> {
+///
+/// # Errors
+/// A message when Redis cannot be set up (a malformed URL, no runtime).
+pub(crate) fn open(kind: BackendKind, redis_url: &str) -> Result<Box<dyn SimBackend>, String> {
     match kind {
         // Unbounded: a simulation must never refuse a key for lack of room.
-        BackendKind::Memory => Box::new(MemoryBackend::builder().max_keys(None).build()),
+        BackendKind::Memory => Ok(Box::new(MemoryBackend::builder().max_keys(None).build())),
+        BackendKind::Redis => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime: {e}"))?;
+            // A simulation reports Redis failures; it never falls back to local decisions.
+            let backend = RedisBackend::builder(redis_url)
+                .prefix(fresh_prefix())
+                .timeout(Duration::from_secs(10))
+                .on_failure(OnFailure::ReturnError)
+                .build()
+                .map_err(|e| e.to_string())?;
+            Ok(Box::new(RedisSim { runtime, backend }))
+        }
     }
 }

@@ -70,6 +70,12 @@ pub(crate) struct SimulateArgs {
     #[arg(long, value_enum, default_value_t = BackendKind::Memory)]
     pub(crate) backend: BackendKind,
 
+    /// The Redis to run on with `--backend redis` (`redis://[user:password@]host:port[/db]`;
+    /// several comma-separated URLs for a Cluster). Each run uses a fresh random key prefix
+    /// and deletes its keys at the end.
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
+    pub(crate) redis_url: String,
+
     /// Read the trace from FILE instead of standard input ("-" is standard input).
     #[arg(long, value_name = "FILE")]
     pub(crate) input: Option<PathBuf>,

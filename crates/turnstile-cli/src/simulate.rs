@@ -60,6 +60,10 @@ enum Failure {
     },
     /// Writing the output failed.
     Write(io::Error),
+    /// The backend could not be set up.
+    Setup(String),
+    /// The backend could not clean up after the run.
+    Cleanup(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -71,6 +75,8 @@ impl std::fmt::Display for Failure {
                 write!(f, "backend failed on trace line {line}: {error}")
             }
             Failure::Write(e) => write!(f, "cannot write the output: {e}"),
+            Failure::Setup(e) => write!(f, "cannot set up the backend: {e}"),
+            Failure::Cleanup(e) => write!(f, "cannot delete the run's keys: {e}"),
         }
     }
 }
@@ -83,7 +89,23 @@ fn simulate<R: BufRead + Buffered>(
     input: R,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let backend = backend::open(args.backend);
+    let backend = backend::open(args.backend, &args.redis_url).map_err(Failure::Setup)?;
+    let result = replay(args, policies, &*backend, input, out);
+    // Clean up (Redis: delete the run's keys) whether or not the replay finished.
+    let cleaned = backend
+        .finish()
+        .map_err(|e| Failure::Cleanup(e.to_string()));
+    result.and(cleaned)
+}
+
+/// The replay loop of [`simulate`].
+fn replay<R: BufRead + Buffered>(
+    args: &SimulateArgs,
+    policies: &[Policy],
+    backend: &dyn backend::SimBackend,
+    input: R,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
     let mut trace = TraceReader::new(input);
     let mut summary = args.summary.then(Summary::default);
     let mut line = 0;

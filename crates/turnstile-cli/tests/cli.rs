@@ -106,6 +106,11 @@ fn policy_args(v: &Map<String, Value>) -> Vec<String> {
 /// Runs one vector file through the binary; the output must equal the expected lines
 /// byte for byte.
 fn check_vector(path: &Path) {
+    check_vector_with(path, &[]);
+}
+
+/// As [`check_vector`], with extra arguments (e.g. another backend).
+fn check_vector_with(path: &Path, extra: &[&str]) {
     let v: Map<String, Value> =
         serde_json::from_str(&fs::read_to_string(path).expect("readable vector")).expect("JSON");
     let mut trace = String::new();
@@ -114,7 +119,8 @@ fn check_vector(path: &Path) {
         trace.push('\n');
     }
     let args = policy_args(&v);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
     let out = run(&args, trace.as_bytes());
     assert!(out.status.success(), "{}: {}", path.display(), stderr(&out));
     let want: Vec<String> = v["expected"]
@@ -146,6 +152,53 @@ fn every_repository_vector_end_to_end() {
         }
     }
     assert!(n >= 34, "only {n} vectors");
+}
+
+/// Every vector through `--backend redis` on a `redis-server` this test starts (or
+/// `REDIS_URL`): the same bytes as the expected output, and no key left behind.
+#[test]
+fn every_repository_vector_on_redis() {
+    let redis = turnstile_tests::redis_server::TestRedis::get();
+    let mut n = 0;
+    for dir in ["tests/vectors", "tests/vectors-local"] {
+        let mut files: Vec<PathBuf> = fs::read_dir(workspace_root().join(dir))
+            .expect("the vectors folder")
+            .map(|e| e.expect("an entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        for f in files {
+            check_vector_with(&f, &["--backend", "redis", "--redis-url", redis.url()]);
+            n += 1;
+        }
+    }
+    assert!(n >= 34, "only {n} vectors");
+}
+
+#[test]
+fn unreachable_redis_is_a_clear_error() {
+    let out = run(
+        &[
+            "simulate",
+            "--algorithm",
+            "gcra",
+            "--limit",
+            "1",
+            "--period",
+            "1s",
+            "--backend",
+            "redis",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ],
+        b"{\"t_ms\": 0}\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("backend failed on trace line 1"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -411,7 +464,7 @@ fn usage_errors_exit_2_without_panicking() {
             "--policy",
             "gcra:limit=1,period=1s",
             "--backend",
-            "redis",
+            "postgres",
         ],
         &[
             "simulate",
