@@ -1,0 +1,152 @@
+//! An axum app limited through Redis: run several copies on different ports against one
+//! Redis and they enforce one limit together.
+//!
+//! ```text
+//! cargo run -p turnstile-examples --example axum_redis -- --port 3001
+//! cargo run -p turnstile-examples --example axum_redis -- --port 3011 --key header:x-api-key
+//! for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3001/; done
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::{routing::get, Router};
+use clap::{Parser, ValueEnum};
+use http::Request;
+use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
+use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
+use turnstile_redis::{OnFailure, RedisBackend};
+
+/// Serves `GET /` on 127.0.0.1, rate-limited through Redis.
+#[derive(Parser, Debug)]
+struct Args {
+    /// TCP port to listen on (127.0.0.1).
+    #[arg(long, default_value_t = 3001)]
+    port: u16,
+    /// Redis URL (several comma-separated URLs for a Cluster).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Key prefix in Redis (no braces).
+    #[arg(long, default_value = turnstile_redis::DEFAULT_PREFIX)]
+    prefix: String,
+    /// token-bucket, gcra, leaky-bucket, fixed-window, sliding-log or sliding-window.
+    #[arg(long, default_value = "token-bucket", value_parser = parse_algorithm)]
+    algorithm: Algorithm,
+    /// Requests admitted per period.
+    #[arg(long, default_value_t = 10)]
+    limit: u64,
+    /// The period: <integer><unit>, unit ms, s, m, h or d.
+    #[arg(long, default_value = "60s", value_parser = parse_period)]
+    period: Duration,
+    /// Bucket capacity (bucket algorithms; defaults to the limit).
+    #[arg(long)]
+    burst: Option<u64>,
+    /// What a request is counted by: `ip` (the peer address) or `header:NAME`.
+    #[arg(long, default_value = "ip", value_parser = parse_key)]
+    key: KeySource,
+    /// When Redis fails: `local` (decide in memory on this node until Redis is back),
+    /// `open` (admit) or `closed` (answer 503).
+    #[arg(long, value_enum, default_value_t = Failure::Local)]
+    failure: Failure,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Failure {
+    Local,
+    Open,
+    Closed,
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    s.parse().map_err(|e: turnstile::InvalidPolicy| e.to_string())
+}
+
+fn parse_period(s: &str) -> Result<Duration, String> {
+    turnstile::core::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// `ip` or `header:NAME`.
+#[derive(Clone, Debug)]
+enum KeySource {
+    Ip(PeerIp),
+    Header(HeaderKey, String),
+}
+
+fn parse_key(s: &str) -> Result<KeySource, String> {
+    match s.split_once(':') {
+        None if s == "ip" => Ok(KeySource::Ip(PeerIp::new())),
+        Some(("header", name)) => HeaderKey::named(name)
+            .map(|k| KeySource::Header(k, name.to_owned()))
+            .map_err(|e| format!("{name:?} is not a header name: {e}")),
+        _ => Err(format!("{s:?}: expected `ip` or `header:NAME`")),
+    }
+}
+
+impl KeyExtractor for KeySource {
+    fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        match self {
+            KeySource::Ip(k) => k.extract(req),
+            KeySource::Header(k, _) => k.extract(req),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+
+    let mut policy = Policy::new(args.algorithm, args.limit, args.period)?;
+    if let Some(burst) = args.burst {
+        policy = policy.with_burst(burst)?;
+    }
+    let policy = policy.with_name("per-client")?;
+    let (on_failure, failure) = match args.failure {
+        Failure::Local => (OnFailure::LocalFallback, FailurePolicy::Open),
+        Failure::Open => (OnFailure::ReturnError, FailurePolicy::Open),
+        Failure::Closed => (OnFailure::ReturnError, FailurePolicy::Closed),
+    };
+    let redis = RedisBackend::builder(args.redis_url.as_str())
+        .prefix(args.prefix.as_str())
+        .on_failure(on_failure)
+        .build()?;
+    let layer = RateLimitLayer::new(policy.clone())
+        .backend(redis)
+        .key(args.key.clone())
+        .on_backend_failure(failure);
+    let app = Router::new()
+        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
+        .layer(layer);
+
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let key = match &args.key {
+        KeySource::Ip(_) => "client IP".to_owned(),
+        KeySource::Header(_, name) => format!("`{name}` header"),
+    };
+    println!(
+        "turnstile axum_redis listening on {url} (GET /: {policy} per {key}; Redis {}; on Redis failure: {:?})",
+        args.redis_url, args.failure
+    );
+    let try_it = match &args.key {
+        KeySource::Ip(_) => String::new(),
+        KeySource::Header(_, name) => format!(" -H '{name}: demo'"),
+    };
+    println!(
+        "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n'{try_it} {url}; done"
+    );
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}
