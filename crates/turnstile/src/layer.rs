@@ -42,11 +42,13 @@ pub enum Action {
     /// `RESOURCE_EXHAUSTED`. A leaky bucket's admitted requests still wait their `delay`.
     #[default]
     Reject,
-    /// Hold a denied request until it would be admitted, then check it again — but never
-    /// hold any request longer than `max_wait` in all (denial waits plus a leaky bucket's
-    /// delay); a request that cannot make it in time is rejected at once, without waiting.
-    /// A layer whose leaky bucket could ask for more than `max_wait` ((B − 1)·T) is refused
-    /// when it is built.
+    /// Hold a denied request for its `retry_after`, then check it again (as often as it
+    /// takes) — but never hold any request longer than `max_wait` in all (waits plus a leaky
+    /// bucket's delay). A request is waited for only while the wait, plus the longest delay a
+    /// leaky bucket of its rule could then give it, still ends within `max_wait`; otherwise
+    /// it is rejected then and there (at once if its first check already cannot make it, or
+    /// when no wait can help). A layer whose leaky bucket could ask for more than `max_wait`
+    /// ((B − 1)·T) is refused when it is built.
     Delay {
         /// The longest a request is held before it reaches the inner service.
         max_wait: Duration,
