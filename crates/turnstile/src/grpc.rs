@@ -101,11 +101,13 @@ pub(crate) fn trailers_only(code: Code, message: &str, details: Option<&[u8]>) -
     res
 }
 
-/// Percent-encodes a `grpc-message`: every byte outside 0x20–0x7E, and `%`.
+/// Percent-encodes a `grpc-message` as tonic does (every byte outside 0x21–0x7E, and
+/// `"#<>`?{}`), and `%` too, so the same message reads the same with or without feature
+/// `tonic`.
 fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for &b in s.as_bytes() {
-        if (0x20..=0x7e).contains(&b) && b != b'%' {
+        if (0x21..=0x7e).contains(&b) && !b"%\"#<>`?{}".contains(&b) {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -240,7 +242,7 @@ mod tests {
 
     #[test]
     fn message_is_percent_encoded() {
-        assert_eq!(percent_encode("50% off ☃"), "50%25 off %E2%98%83");
+        assert_eq!(percent_encode("50% off ☃?"), "50%25%20off%20%E2%98%83%3F");
     }
 
     /// The hand encoder writes exactly what tonic-types writes.
@@ -282,6 +284,13 @@ mod tests {
                 &violations,
             );
             assert_eq!(st.details(), &ours[..], "retry {retry:?}");
+        }
+        // The trailers-only headers match too.
+        let msg = "Rate limit exceeded; retry in 6 s. {50% \"off\"} ☃";
+        let theirs = tonic::Status::new(tonic::Code::Unavailable, msg).into_http::<()>();
+        let ours = status_only(Code::Unavailable, msg);
+        for h in ["content-type", "grpc-status", "grpc-message"] {
+            assert_eq!(theirs.headers()[h], ours.headers()[h], "{h}");
         }
     }
 }

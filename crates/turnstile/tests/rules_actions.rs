@@ -562,7 +562,10 @@ async fn a_grpc_call_is_denied_with_a_trailers_only_resource_exhausted() {
     let h = res.headers();
     assert_eq!(h["content-type"], "application/grpc");
     assert_eq!(h["grpc-status"], "8");
-    assert_eq!(h["grpc-message"], "Rate limit exceeded; retry in 60 s.");
+    assert_eq!(
+        h["grpc-message"],
+        "Rate%20limit%20exceeded;%20retry%20in%2060%20s."
+    );
     assert!(!h["grpc-status-details-bin"].is_empty());
     assert!(h.get("retry-after").is_none());
     assert_eq!(h["ratelimit"], "\"hello\";r=0;t=60");
