@@ -81,7 +81,9 @@ impl tower_service::Service<http::Request<Body>> for Greeter {
                 Ok(grpc.unary(SayHello, req).await)
             })
         } else {
-            Box::pin(async move { Ok(Status::unimplemented(req.uri().path().to_owned()).into_http()) })
+            Box::pin(
+                async move { Ok(Status::unimplemented(req.uri().path().to_owned()).into_http()) },
+            )
         }
     }
 }

@@ -43,20 +43,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let args = Args::parse();
 
-    let layer = RateLimitLayer::builder()
-        .key(ClientIp::new().trust_all(args.trusted_proxies.iter().copied()))
-        .rule(Rule::new().method(Method::GET).path("/healthz").exempt())
-        .rule(
-            Rule::new().method(Method::POST).path("/login").policy(
+    let layer =
+        RateLimitLayer::builder()
+            .key(ClientIp::new().trust_all(args.trusted_proxies.iter().copied()))
+            .rule(Rule::new().method(Method::GET).path("/healthz").exempt())
+            .rule(Rule::new().method(Method::POST).path("/login").policy(
                 Policy::sliding_log(5, Duration::from_secs(60))?.with_name("login-per-ip")?,
-            ),
-        )
-        .rule(
-            Rule::new().method(Method::GET).path("/").policy(
+            ))
+            .rule(Rule::new().method(Method::GET).path("/").policy(
                 Policy::token_bucket(100, Duration::from_secs(60))?.with_name("index-per-ip")?,
-            ),
-        )
-        .build()?;
+            ))
+            .build()?;
 
     let app = Router::new()
         .route("/", get(|| async { "Hello from turnstile!\n" }))

@@ -57,7 +57,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .action(Action::delay(args.max_wait))
         .build()?;
     let app = Router::new()
-        .route("/", get(|| async { "Hello from turnstile, at a steady pace!\n" }))
+        .route(
+            "/",
+            get(|| async { "Hello from turnstile, at a steady pace!\n" }),
+        )
         .layer(layer);
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
