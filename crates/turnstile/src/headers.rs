@@ -15,7 +15,7 @@
 //! `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` of the binding
 //! policy (the one with the smallest `remaining`), `Reset` as delta seconds rounded up.
 
-use std::fmt::Write as _;
+use std::fmt::Write;
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -69,23 +69,67 @@ pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
 }
 
 /// The `RateLimit` value of `decision`, one member per policy in order.
+///
+/// Formatted on the stack when it fits (it does for a few policies with names of ordinary
+/// length), so building it costs one allocation: the header value's own.
 pub(crate) fn ratelimit_value(decision: &Decision) -> HeaderValue {
-    let mut s = String::new();
+    let mut buf = StackBuf::new();
+    let fits = write_ratelimit(&mut buf, decision).is_ok();
+    let value = if fits {
+        HeaderValue::from_bytes(buf.as_bytes())
+    } else {
+        let mut s = String::with_capacity(512);
+        let _ = write_ratelimit(&mut s, decision);
+        HeaderValue::from_str(&s)
+    };
+    value.unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn write_ratelimit(w: &mut impl Write, decision: &Decision) -> std::fmt::Result {
     for (i, p) in decision.policies().iter().enumerate() {
         if i > 0 {
-            s.push_str(", ");
+            w.write_str(", ")?;
         }
-        let _ = write!(s, "\"{}\";r={}", p.name(), p.remaining());
+        write!(w, "\"{}\";r={}", p.name(), p.remaining())?;
         let t = if p.allowed() {
             Some(p.reset_after())
         } else {
             p.retry_after()
         };
         if let Some(t) = t {
-            let _ = write!(s, ";t={}", ceil_secs(t));
+            write!(w, ";t={}", ceil_secs(t))?;
         }
     }
-    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+    Ok(())
+}
+
+/// A fixed buffer that formats without allocating; writing past its end is an error.
+struct StackBuf {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl StackBuf {
+    fn new() -> Self {
+        StackBuf {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 /// Inserts `RateLimit-Policy` (`policy_header`), `RateLimit` and, if `legacy`, the

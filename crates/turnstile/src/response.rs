@@ -97,9 +97,22 @@ impl fmt::Debug for DenialFnDebug<'_> {
 
 /// The human-readable reason for a denial.
 fn detail(decision: &Decision) -> String {
+    let mut s = String::with_capacity(112);
+    let _ = write_detail(&mut s, decision);
+    s
+}
+
+fn write_detail(w: &mut String, decision: &Decision) -> fmt::Result {
     match decision.retry_after() {
-        Some(d) => format!("Rate limit exceeded; retry in {} s.", retry_after_secs(d)),
-        None => "This request costs more than the policy's capacity and will never be admitted under this policy.".to_owned(),
+        Some(d) => write!(
+            w,
+            "Rate limit exceeded; retry in {} s.",
+            retry_after_secs(d)
+        ),
+        None => {
+            w.push_str("This request costs more than the policy's capacity and will never be admitted under this policy.");
+            Ok(())
+        }
     }
 }
 
@@ -115,18 +128,22 @@ pub(crate) fn default_denial(d: &Denial<'_>) -> Response<Bytes> {
 /// rounded up, at least 1 (omitted when no wait can help), and an RFC 9457
 /// `application/problem+json` body naming the violated policies.
 fn too_many_requests(decision: &Decision) -> Response<Bytes> {
-    let mut names = String::new();
+    // One buffer for the whole body.
+    let mut body = String::with_capacity(384);
+    let _ = write!(
+        body,
+        "{{\"type\":\"{QUOTA_EXCEEDED_TYPE}\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\""
+    );
+    let _ = write_detail(&mut body, decision);
+    body.push_str("\",\"violated-policies\":[");
     for (i, p) in decision.violated().enumerate() {
         if i > 0 {
-            names.push(',');
+            body.push(',');
         }
         // Policy names hold no '"' or '\', so they need no JSON escaping.
-        let _ = write!(names, "\"{}\"", p.name());
+        let _ = write!(body, "\"{}\"", p.name());
     }
-    let detail = detail(decision);
-    let body = format!(
-        "{{\"type\":\"{QUOTA_EXCEEDED_TYPE}\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"{detail}\",\"violated-policies\":[{names}]}}"
-    );
+    body.push_str("]}");
     let mut res = Response::new(Bytes::from(body));
     *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let h = res.headers_mut();

@@ -272,15 +272,19 @@ fn check_prefix(len: u8) -> Result<(), InvalidPrefix> {
 /// The canonical key of `ip` (already canonical: IPv4-mapped as IPv4): an IPv4 address as
 /// itself, an IPv6 address as its `prefix`-bit network `net/prefix` (as itself at 128).
 pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) if prefix >= 128 => v6.to_string(),
+    use std::fmt::Write as _;
+    // Sized up front: one allocation per key (the longest, an IPv6 network, is 43 bytes).
+    let mut s = String::with_capacity(48);
+    let _ = match ip {
+        IpAddr::V4(v4) => write!(s, "{v4}"),
+        IpAddr::V6(v6) if prefix >= 128 => write!(s, "{v6}"),
         IpAddr::V6(v6) => {
             let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
             let net = Ipv6Addr::from(u128::from(v6) & mask);
-            format!("{net}/{prefix}")
+            write!(s, "{net}/{prefix}")
         }
-    }
+    };
+    s
 }
 
 /// The peer address recorded in the request's extensions, if any.

@@ -1,0 +1,106 @@
+//! Heap allocations per request through the layer, counted by dhat's global allocator: a
+//! guard against regressions on the hot path (one test only in this binary, so nothing else
+//! allocates while it counts).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use http::{Request, Response};
+use tower::{Layer, Service, ServiceExt};
+use turnstile::{Policy, RateLimitLayer};
+
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+fn allocations() -> u64 {
+    dhat::HeapStats::get().total_blocks
+}
+
+fn request(peer: SocketAddr) -> Request<()> {
+    let mut r = Request::new(());
+    r.extensions_mut().insert(peer);
+    r
+}
+
+/// Allocations of one request through `svc`, averaged over `n` requests (after a warm-up),
+/// not counting building the request and the inner service's own response.
+async fn per_request<S>(mut svc: S, n: usize, denied: bool) -> f64
+where
+    S: Service<Request<()>, Error = Infallible>,
+{
+    let peer: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+    for _ in 0..3 {
+        let _ = svc.ready().await.unwrap().call(request(peer)).await;
+    }
+    let reqs: Vec<_> = (0..n).map(|_| request(peer)).collect();
+    let before = allocations();
+    for r in reqs {
+        let res = svc.ready().await.unwrap().call(r).await.unwrap();
+        drop(res);
+    }
+    let total = allocations() - before;
+    let _ = denied;
+    total as f64 / n as f64
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn allocations_per_request() {
+    let _profiler = dhat::Profiler::builder().testing().build();
+    // The inner service's response: one allocation for its header map is the inner
+    // service's, so answer with a response that has none.
+    let inner = tower::service_fn(|_r: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    });
+    let baseline = per_request(inner, 1000, false).await;
+
+    let admit = RateLimitLayer::new(
+        "token-bucket:limit=4294967295,period=1s,name=per-ip"
+            .parse::<Policy>()
+            .unwrap(),
+    );
+    let admitted = per_request(admit.layer(inner), 1000, false).await - baseline;
+
+    let quiet = RateLimitLayer::builder()
+        .policy(
+            "token-bucket:limit=4294967295,period=1s,name=per-ip"
+                .parse::<Policy>()
+                .unwrap(),
+        )
+        .headers_on_allowed(false)
+        .build()
+        .unwrap();
+    let no_headers = per_request(quiet.layer(inner), 1000, false).await - baseline;
+
+    let deny = RateLimitLayer::new(
+        "fixed-window:limit=1,period=1h,name=per-ip"
+            .parse::<Policy>()
+            .unwrap(),
+    );
+    let denied = per_request(deny.layer(inner), 1000, true).await - baseline;
+
+    // The in-memory backend's own share, for comparison.
+    let backend = turnstile::MemoryBackend::new();
+    let pol = ["token-bucket:limit=4294967295,period=1s,name=per-ip"
+        .parse::<Policy>()
+        .unwrap()];
+    let _ = backend.decide("192.0.2.1", &pol, 1);
+    let before = allocations();
+    for _ in 0..1000 {
+        let _ = backend.decide("192.0.2.1", &pol, 1);
+    }
+    let in_backend = (allocations() - before) as f64 / 1000.0;
+
+    println!(
+        "in-memory backend alone {in_backend}; allocations per request: inner alone {baseline}, admitted +{admitted} (+{no_headers} without headers on admitted responses), denied +{denied}"
+    );
+    // Measured: see the crate's README ("Cost per request"). Keep them from growing.
+    assert!(
+        admitted <= 7.5,
+        "admitted: {admitted} allocations per request"
+    );
+    assert!(
+        no_headers <= 4.5,
+        "no headers: {no_headers} allocations per request"
+    );
+    assert!(denied <= 11.5, "denied: {denied} allocations per request");
+}
