@@ -24,8 +24,22 @@
 //!
 //! Every admitted response carries `RateLimit-Policy` and `RateLimit` headers
 //! (draft-ietf-httpapi-ratelimit-headers-10); a denied request gets `429 Too Many Requests`
-//! with `Retry-After` (RFC 9110) and an RFC 9457 problem body, and never reaches the inner
-//! service. See [`RateLimitLayer`].
+//! with `Retry-After` (RFC 9110) and an RFC 9457 problem body — or, for a gRPC call, a
+//! trailers-only `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` and `QuotaFailure` — and
+//! never reaches the inner service. See [`RateLimitLayer`].
+//!
+//! [`RateLimitLayer::builder`] configures the rest: [`Rule`]s per method, path or gRPC
+//! service/method, each with its own policies and cost; keys from the [`key`] module (peer
+//! or client IP behind trusted proxies, a header, the route, the gRPC method, a closure,
+//! combinations); exempt keys; [`Action::Delay`] (wait instead of failing) and
+//! [`Action::Shadow`] (dry run); custom denial responses; the [`FailurePolicy`].
+//!
+//! # Features
+//! - `axum` (default): keys from axum's `ConnectInfo<SocketAddr>` and `MatchedPath`.
+//! - `tonic`: gRPC denial details built with tonic-types, keys from tonic's
+//!   `TcpConnectInfo` (tonic 0.14 needs Rust 1.88). Without it gRPC calls get the same
+//!   trailers-only response with the same details, encoded by turnstile.
+//! - `full`: all of the above.
 //!
 //! The algorithms, policies and backends come from [`turnstile_core`], re-exported here.
 
