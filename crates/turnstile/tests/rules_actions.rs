@@ -695,3 +695,22 @@ async fn ipv6_peers_are_grouped_by_64_and_mapped_ipv4_is_ipv4() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+#[test]
+fn the_layer_is_clone_send_sync_and_its_service_and_future_are_send() {
+    fn clone_send_sync<T: Clone + Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let layer = RateLimitLayer::builder()
+        .key((ClientIp::new(), HeaderKey::named("x-api-key").unwrap()))
+        .policy(p("gcra:limit=1,period=1s"))
+        .cost(|_: &RequestRef<'_>| 1)
+        .denial_response(|d| d.default_response())
+        .build()
+        .unwrap();
+    clone_send_sync(&layer);
+    let mut svc = layer.layer(Recorder::new());
+    clone_send_sync(&svc);
+    let fut = svc.call(get("/"));
+    send(&fut);
+    clone_send_sync(&RateLimitLayer::new(p("gcra:limit=1,period=1s")));
+}
