@@ -1,81 +1,252 @@
--- turnstile: one atomic check of one client key against any number of policies.
+-- turnstile: one atomic call for one client key: check a request against the key's
+-- policies, or give quota back (refund), or forget its state (reset).
 --
 -- Composed after prelude.lua and the per-algorithm pieces (bucket.lua, gcra.lua,
 -- fixed_window.lua, sliding_window.lua, sliding_log.lua) into one script, run with EVALSHA.
 --
--- KEYS     per policy, in order: its state key; a sliding-log policy (algorithm 5) also its
---          log key right after. All keys of one call share one Cluster hash tag.
--- ARGV[1]  the time in ms since the epoch, or '' to use the server's TIME (production)
--- ARGV[2]  the cost, 0 <= cost <= 2^53 - 1 (0 is a query)
--- ARGV[3]  the least TTL in ms of a written key (0; 600000 with explicit simulation time)
--- ARGV[4]  the number of policies N
--- then per policy: algorithm id (1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window,
---          5 sliding log, 6 sliding window), limit L, period P in ms, capacity (burst B for
---          buckets, L for windows), fingerprint (any string; a stored state with another
---          fingerprint is ignored: a changed policy starts fresh)
+-- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
+--         t = its tier, v = its version. Every other key this call touches is
+--         ARGV[6] .. ':' .. policy name (state) or ARGV[6] .. '~log:' .. name (a sliding
+--         log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash tag.
+--         (An override's policies are only known once KEYS[1] is read, so their keys
+--         cannot be passed in KEYS.)
+-- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
+-- ARGV[2] the cost (check, refund), 0 <= cost <= 2^53 - 1; 0 is a query
+-- ARGV[3] the least TTL in ms of a written key (0; 600000 with explicit simulation time)
+-- ARGV[4] for a key without configuration: 'defaults', 'deny' or 'allow'
+-- ARGV[5] 'check', 'refund' or 'reset'
+-- ARGV[6] the key base "<prefix>:{<tag>}"
+-- ARGV[7] the number of policy sets S: the defaults, then the tiers
+-- then per set: its tier name ('' for the defaults), its policy count N, then per policy:
+--         algorithm id (1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window, 5 sliding
+--         log, 6 sliding window), limit L, period P in ms, capacity (burst B for buckets,
+--         L for windows), name
 --
--- All-or-nothing: every policy is evaluated first; only if all admit (and cost > 0) is any
--- state written. When the request is denied, the policies that would have admitted report
--- their fields as if nothing were consumed.
+-- Stored states begin with their parameters "alg.L.P.B"; a state written under other
+-- parameters carries over by the rule of SEMANTICS-level carry_over (see turnstile-core's
+-- algorithm::carry_over), evaluated at this call and stored only with an admitted request.
 --
--- Returns {now, then per policy 11 integers: allowed, remaining, retry whole ms (-1: never),
--- retry num, retry den, reset whole, num, den, delay whole, num, den}: each duration is
--- whole + num / den ms, exactly.
+-- check is all-or-nothing: every policy is evaluated first; only if all admit (and cost >
+-- 0) is any state written. When the request is denied, the policies that would have
+-- admitted report their fields as if nothing were consumed.
+--
+-- Returns {now, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited), tier name
+-- or '', version, N, then per policy: alg, L, P, B, name, allowed, remaining, retry whole
+-- ms (-1: never), retry num, retry den, reset whole, num, den, delay whole, num, den}: each
+-- duration is whole + num / den ms, exactly. refund and reset answer as a query (cost 0)
+-- made after them.
 
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
-  now = tonumber(ARGV[1])
+  now = nat(ARGV[1])
 end
-local cost = tonumber(ARGV[2])
-local min_ttl = tonumber(ARGV[3])
-local count = tonumber(ARGV[4])
-if not now or not cost or not min_ttl or not count then
+local cost, min_ttl, sets = nat(ARGV[2]), nat(ARGV[3]), nat(ARGV[7])
+local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
+if not now or not cost or not min_ttl or not sets then
   return redis.error_reply('TURNSTILE_ARGS malformed arguments')
 end
 
-local policies, states, results = {}, {}, {}
-local k = 1
-for i = 1, count do
-  local base = 4 + (i - 1) * 5
-  local p = {
-    alg = tonumber(ARGV[base + 1]), L = tonumber(ARGV[base + 2]), P = tonumber(ARGV[base + 3]),
-    B = tonumber(ARGV[base + 4]), fp = ARGV[base + 5], key = KEYS[k],
-  }
-  k = k + 1
-  if p.alg == 5 then
-    p.logkey = KEYS[k]
-    k = k + 1
+local function policy(alg, L, P, B, name)
+  local p = {alg = nat(alg), L = nat(L), P = nat(P), B = nat(B), name = name}
+  if not p.alg or not ALG[p.alg] or not p.L or not p.P or not p.B or p.L < 1 or p.P < 1
+     or p.B < 1 or not name or name == '' then
+    return nil
   end
-  local impl = ALG[p.alg]
-  if not impl or not p.L or not p.P or not p.B or not p.key then
-    return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. i)
+  p.params = int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B)
+  p.key = base .. ':' .. name
+  p.logkey = base .. '~log:' .. name
+  return p
+end
+
+-- The policy sets of the arguments.
+local defaults, tiers = nil, {}
+local at = 8
+for s = 1, sets do
+  local tier, n = ARGV[at], nat(ARGV[at + 1])
+  if not tier or not n then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. s) end
+  at = at + 2
+  local set = {}
+  for i = 1, n do
+    local p = policy(ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
+    if not p then return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. i) end
+    set[i] = p
+    at = at + 5
   end
-  local st = impl.read(p, now)
-  if st.err then return st end
+  if s == 1 then defaults = set else tiers[tier] = set end
+end
+
+-- Which policies apply: the override, else the tier, else the unconfigured behaviour.
+local cfg = redis.call('HMGET', KEYS[1], 'o', 't', 'v')
+local version = nat(cfg[3] or '0')
+if not version then return redis.error_reply('TURNSTILE_INVALID_STATE invalid version at ' .. KEYS[1]) end
+local policies, applied, tier_name = nil, 0, ''
+if cfg[1] then
+  policies, applied = {}, 1
+  for line in string.gmatch(cfg[1], '[^\n]+') do
+    local a, l, pp, b, name = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (.+)$')
+    local p = a and policy(a, l, pp, b, name)
+    if not p then
+      return redis.error_reply('TURNSTILE_INVALID_STATE invalid override at ' .. KEYS[1])
+    end
+    policies[#policies + 1] = p
+  end
+  if #policies == 0 then
+    return redis.error_reply('TURNSTILE_INVALID_STATE empty override at ' .. KEYS[1])
+  end
+elseif cfg[2] and tiers[cfg[2]] then
+  policies, applied, tier_name = tiers[cfg[2]], 2, cfg[2]
+elseif mode == 'deny' then
+  applied = 3
+elseif mode == 'allow' then
+  applied = 4
+else
+  policies = defaults
+end
+
+if op ~= 'check' then
+  version = redis.call('HINCRBY', KEYS[1], 'v', 1)
+  if not cfg[1] and not cfg[2] then
+    -- A version alone is kept a day: long enough for anyone holding the old one to see it.
+    redis.call('PEXPIRE', KEYS[1], 86400000)
+  end
+end
+
+local function reply(results)
+  local out = {now, applied, tier_name, version, #results}
+  for i = 1, #results do
+    local p, r = policies[i], results[i]
+    for _, v in ipairs({p.alg, p.L, p.P, p.B, p.name, r.allowed, r.remaining}) do
+      out[#out + 1] = v
+    end
+    if r.retry then
+      out[#out + 1] = r.retry[1]; out[#out + 1] = r.retry[2]; out[#out + 1] = r.retry[3]
+    else
+      out[#out + 1] = -1; out[#out + 1] = 0; out[#out + 1] = 1
+    end
+    for _, d in ipairs({r.reset, r.delay}) do
+      out[#out + 1] = d[1]; out[#out + 1] = d[2]; out[#out + 1] = d[3]
+    end
+  end
+  return out
+end
+
+if not policies then return reply({}) end
+
+-- The state of p, in p's terms: a state stored under other parameters carries over.
+local function carry(q, p, st, t)
+  local function fresh()
+    local f = ALG[p.alg].fresh()
+    f.updated = t
+    return f
+  end
+  if is_bucket(q.alg) and is_bucket(p.alg) then
+    local units = min(ceildiv(debt_now(q, st, t), q.P), p.B)
+    if units == 0 then return fresh() end
+    return debt_state(p, units * p.P, t)
+  elseif q.alg == 4 and p.alg == 4 then
+    local count = 0
+    if st.w == divmod(t, q.P) then count = st.n end
+    local w = divmod(t, p.P)
+    if count == 0 or divmod(st.updated, p.P) ~= w then return fresh() end
+    return {updated = t, w = w, n = min(count, p.L)}
+  elseif q.alg == 6 and p.alg == 6 then
+    local n, m = sliding_counts(st, divmod(t, q.P))
+    local w = divmod(t, p.P)
+    if q.P == p.P then
+      if n == 0 and m == 0 then return fresh() end
+      return {updated = t, w = w, cur = min(n, p.L), prev = min(m, p.L)}
+    end
+    local total, written = min(n + m, p.L), divmod(st.updated, p.P)
+    if total == 0 then return fresh() end
+    if written == w then return {updated = t, w = w, cur = total, prev = 0} end
+    if written + 1 == w then return {updated = t, w = w, cur = 0, prev = total} end
+    return fresh()
+  elseif q.alg == 5 and p.alg == 5 then
+    return st
+  end
+  return fresh()
+end
+
+local function load(p)
+  local raw = redis.call('GET', p.key)
+  if not raw then return ALG[p.alg].fresh() end
+  local parts = split(raw, '|')
+  local q = parse_params(parts[1] or '')
+  if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(p.key) end
+  local nums = {}
+  for i = 2, #parts do
+    nums[i - 1] = nat(parts[i])
+    if not nums[i - 1] then return bad(p.key) end
+  end
+  local st = ALG[q.alg].parse(q, nums)
+  if not st then return bad(p.key) end
+  if parts[1] == p.params then return st end
+  local t = now
+  if st.updated > t then t = st.updated end
+  return carry(q, p, st, t)
+end
+
+local function save(p, st, t, ttl)
+  store(p.key, p.params .. '|' .. ALG[p.alg].encode(st), ttl)
+  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
+end
+
+local function ttl_of(reset)
+  local ttl = dur_ceil(reset)
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
+  return ttl
+end
+
+local states = {}
+for i, p in ipairs(policies) do
+  local st = load(p)
+  if st.err then return redis.error_reply(st.err) end
   -- A clock earlier than the key's last update: use the last update's time.
   p.now = now
   if st.updated > now then p.now = st.updated end
-  local r = impl.decide(p, st, p.now, cost)
+  states[i] = st
+end
+
+if op == 'reset' then
+  for _, p in ipairs(policies) do redis.call('DEL', p.key, p.logkey) end
+  for i, p in ipairs(policies) do states[i] = ALG[p.alg].fresh() end
+elseif op == 'refund' then
+  for i, p in ipairs(policies) do
+    local st = ALG[p.alg].refund(p, states[i], p.now, cost)
+    if st then
+      local r = ALG[p.alg].decide(p, st, p.now, 0)
+      if r.err then return redis.error_reply(r.err) end
+      if dur_ceil(r.reset) > 0 then
+        save(p, st, p.now, ttl_of(r.reset))
+        states[i] = st
+      else
+        -- nothing left in use: the key is fresh
+        redis.call('DEL', p.key, p.logkey)
+        states[i] = ALG[p.alg].fresh()
+      end
+    end
+  end
+end
+
+local c = cost
+if op ~= 'check' then c = 0 end
+local results, all = {}, true
+for i, p in ipairs(policies) do
+  local r = ALG[p.alg].decide(p, states[i], p.now, c)
   if r.err then return redis.error_reply(r.err) end
-  policies[i], states[i], results[i] = p, st, r
+  results[i] = r
+  if r.allowed == 0 then all = false end
 end
 
-local all = true
-for i = 1, count do
-  if results[i].allowed == 0 then all = false end
-end
-
-if cost > 0 then
-  for i = 1, count do
-    local p = policies[i]
+if c > 0 then
+  for i, p in ipairs(policies) do
     if all then
-      local ttl = dur_ceil(results[i].reset)
-      if ttl < min_ttl then ttl = min_ttl end
-      if ttl < 1 then ttl = 1 end
-      ALG[p.alg].write(p, states[i], p.now, results[i], ttl, cost)
+      local st = ALG[p.alg].admitted(p, states[i], p.now, results[i], c)
+      save(p, st, p.now, ttl_of(results[i].reset))
     elseif results[i].allowed == 1 then
       -- Denied overall: report this policy as if nothing were consumed.
       local r = ALG[p.alg].decide(p, states[i], p.now, 0)
@@ -86,24 +257,4 @@ if cost > 0 then
   end
 end
 
-local out = {now}
-for i = 1, count do
-  local r = results[i]
-  out[#out + 1] = r.allowed
-  out[#out + 1] = r.remaining
-  if r.retry then
-    out[#out + 1] = r.retry[1]
-    out[#out + 1] = r.retry[2]
-    out[#out + 1] = r.retry[3]
-  else
-    out[#out + 1] = -1
-    out[#out + 1] = 0
-    out[#out + 1] = 1
-  end
-  for _, d in ipairs({r.reset, r.delay}) do
-    out[#out + 1] = d[1]
-    out[#out + 1] = d[2]
-    out[#out + 1] = d[3]
-  end
-end
-return out
+return reply(results)

@@ -1,14 +1,11 @@
 -- turnstile: fixed window (id 4). Window index w = floor(now / P) from the epoch.
 --
--- State at KEY: "fp|updated_ms|w|n", n the units admitted in window w.
+-- State at KEY: "alg.L.P.B|updated_ms|w|n", n the units admitted in window w.
 
 ALG[4] = {
-  read = function(p, now)
-    local s = parse_state(redis.call('GET', p.key), p.fp, 3, p.key)
-    if s and s.err then return s end
-    if not s then return {updated = 0, w = -1, n = 0} end
-    return {updated = s[1], w = s[2], n = s[3]}
-  end,
+  fields = 3,
+  fresh = function() return {updated = 0, w = -1, n = 0} end,
+  parse = function(q, n) return {updated = n[1], w = n[2], n = n[3]} end,
   decide = function(p, st, now, c)
     local L = p.L
     local w, e = divmod(now, p.P)
@@ -30,7 +27,13 @@ ALG[4] = {
     end
     return result(0, rem, to_end, reset(n))
   end,
-  write = function(p, st, now, r, ttl)
-    store(p.key, p.fp .. '|' .. int(now) .. '|' .. int(r.w) .. '|' .. int(r.n), ttl)
+  admitted = function(p, st, now, r) return {updated = now, w = r.w, n = r.n} end,
+  refund = function(p, st, now, c)
+    local w = divmod(now, p.P)
+    if st.w ~= w then return nil end
+    local n = st.n - c
+    if n < 0 then n = 0 end
+    return {updated = now, w = w, n = n}
   end,
+  encode = function(st) return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.n) end,
 }

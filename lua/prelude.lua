@@ -18,6 +18,11 @@ local function ceildiv(a, b)
   return q
 end
 
+local function min(a, b)
+  if a < b then return a end
+  return b
+end
+
 -- An exact duration in ms as {whole, num, den}: whole + num / den, 0 <= num < den.
 local ZERO = {0, 0, 1}
 local function dur(num, den)
@@ -34,35 +39,47 @@ end
 -- Integers as text, exactly (tostring would print 15+ digit numbers in exponent form).
 local function int(n) return string.format('%.0f', n) end
 
--- Splits a stored state "a|b|c" into numbers after the fingerprint; nil if it is not of
--- the expected shape (count numbers, all non-negative integers below 2^53).
-local function parse_state(raw, fp, count, key)
-  if not raw then return nil end
+local TWO53 = 9007199254740992
+
+-- A non-negative integer below 2^53 from text, or nil.
+local function nat(s)
+  local n = tonumber(s)
+  if not n or n < 0 or n >= TWO53 or n ~= math.floor(n) then return nil end
+  return n
+end
+
+local function split(s, sep)
   local parts = {}
-  for field in string.gmatch(raw, '[^|]+') do parts[#parts + 1] = field end
-  if parts[1] ~= fp then return nil end -- another policy's state: start fresh
-  if #parts ~= count + 1 then
-    return redis.error_reply('TURNSTILE_INVALID_STATE invalid state at ' .. key)
+  for field in string.gmatch(s, '[^' .. sep .. ']+') do parts[#parts + 1] = field end
+  return parts
+end
+
+local function bad(key)
+  return {err = 'TURNSTILE_INVALID_STATE invalid state at ' .. key}
+end
+
+-- Parameters "alg.L.P.B" (as stored with every state) into a table, or nil.
+local function parse_params(s)
+  local a, l, p, b = string.match(s, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+  if not a then return nil end
+  a, l, p, b = nat(a), nat(l), nat(p), nat(b)
+  if not a or not l or not p or not b or l < 1 or p < 1 or b < 1 or a < 1 or a > 6 then
+    return nil
   end
-  local nums = {}
-  for i = 2, #parts do
-    local n = tonumber(parts[i])
-    if not n or n < 0 or n >= 9007199254740992 or n ~= math.floor(n) then
-      return redis.error_reply('TURNSTILE_INVALID_STATE invalid state at ' .. key)
-    end
-    nums[i - 1] = n
-  end
-  return nums
+  return {alg = a, L = l, P = p, B = b}
 end
 
 local function store(key, value, ttl)
   redis.call('SET', key, value, 'PX', ttl)
 end
 
--- A policy's result. retry == nil means no wait can help ("never").
+-- A policy's result. retry == nil means no wait can help ("never"). r.new, when set, is
+-- the state to store if the request is admitted.
 local function result(allowed, remaining, retry, reset, delay)
   return {allowed = allowed, remaining = remaining, retry = retry, reset = reset,
           delay = delay or ZERO}
 end
+
+local function is_bucket(alg) return alg == 1 or alg == 2 or alg == 3 end
 
 local ALG = {}

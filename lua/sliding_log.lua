@@ -1,24 +1,21 @@
 -- turnstile: sliding log (id 5). A log of admitted (time, cost), one entry per distinct
 -- millisecond; an entry logged at s expires at exactly s + P. used = the live entries' cost.
 --
--- State at KEY: "fp|updated_ms|total", total = the cost of every entry in the list (expired
--- ones not yet pruned included); the log at LOGKEY (a second key in the same hash-tag slot):
--- a list of "time:cost", oldest first.
+-- State at KEY: "alg.L.P.B|updated_ms|total", total = the cost of every entry in the list
+-- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:' and
+-- the policy name): a list of "time:cost", oldest first.
 
 local CHUNK = 128
 
 local function log_entry(s)
-  local t, c = string.match(s, '^(%d+):(%d+)$')
+  local t, c = string.match(s or '', '^(%d+):(%d+)$')
   return tonumber(t), tonumber(c)
 end
 
 ALG[5] = {
-  read = function(p, now)
-    local s = parse_state(redis.call('GET', p.key), p.fp, 2, p.key)
-    if s and s.err then return s end
-    if not s then return {updated = 0, total = 0, fresh = true} end
-    return {updated = s[1], total = s[2]}
-  end,
+  fields = 2,
+  fresh = function() return {updated = 0, total = 0, fresh = true} end,
+  parse = function(q, n) return {updated = n[1], total = n[2]} end,
   decide = function(p, st, now, c)
     local L, P = p.L, p.P
     -- Count the expired prefix (entries with time + P <= now).
@@ -31,7 +28,7 @@ ALG[5] = {
         if #chunk == 0 then break end
         for j = 1, #chunk do
           local t, cost = log_entry(chunk[j])
-          if not t then return {err = 'TURNSTILE_INVALID_STATE invalid log entry at ' .. p.logkey} end
+          if not t then return bad(p.logkey) end
           if t + P > now then live_from = i + j - 1; break end
           expired_n, expired_cost = expired_n + 1, expired_cost + cost
         end
@@ -63,7 +60,7 @@ ALG[5] = {
       if #chunk == 0 then break end
       for j = 1, #chunk do
         local t, cost = log_entry(chunk[j])
-        if not t then return {err = 'TURNSTILE_INVALID_STATE invalid log entry at ' .. p.logkey} end
+        if not t then return bad(p.logkey) end
         freed = freed + cost
         if freed >= need then retry = until_expiry(t); i = nil; break end
       end
@@ -71,22 +68,38 @@ ALG[5] = {
     end
     return result(0, rem, retry, reset)
   end,
-  write = function(p, st, now, r, ttl, c)
+  -- Writes the log itself; returns the state to store at KEY.
+  admitted = function(p, st, now, r, c)
     if st.fresh then
-      -- no state (or another policy's): drop whatever log is left
+      -- no state (or another algorithm's): drop whatever log is left
       redis.call('DEL', p.logkey)
     elseif r.prune > 0 then
       redis.call('LTRIM', p.logkey, r.prune, -1)
     end
-    local last = redis.call('LINDEX', p.logkey, -1)
-    local t, cost = nil, nil
-    if last then t, cost = log_entry(last) end
+    local t, cost = log_entry(redis.call('LINDEX', p.logkey, -1))
     if t == now then
       redis.call('LSET', p.logkey, -1, int(now) .. ':' .. int(cost + c))
     else
       redis.call('RPUSH', p.logkey, int(now) .. ':' .. int(c))
     end
-    redis.call('PEXPIRE', p.logkey, ttl)
-    store(p.key, p.fp .. '|' .. int(now) .. '|' .. int(r.total), ttl)
+    return {updated = now, total = r.total}
   end,
+  -- Shrinks the newest live entries first; writes the log itself.
+  refund = function(p, st, now, c)
+    if st.fresh then return nil end
+    local rest, total = c, st.total
+    while rest > 0 do
+      local t, cost = log_entry(redis.call('LINDEX', p.logkey, -1))
+      if not t or t + p.P <= now then break end
+      local take = min(rest, cost)
+      if take == cost then
+        redis.call('RPOP', p.logkey)
+      else
+        redis.call('LSET', p.logkey, -1, int(t) .. ':' .. int(cost - take))
+      end
+      total, rest = total - take, rest - take
+    end
+    return {updated = now, total = total}
+  end,
+  encode = function(st) return int(st.updated) .. '|' .. int(st.total) end,
 }

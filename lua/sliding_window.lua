@@ -3,24 +3,23 @@
 -- est = m * (P - e) / P + n. Admit iff est + c <= L: deny at once when n + c > L, else
 -- compare m * (P - e) <= (L - n - c) * P, so nothing exceeds L * P.
 --
--- State at KEY: "fp|updated_ms|w|n|m".
+-- State at KEY: "alg.L.P.B|updated_ms|w|n|m".
+
+-- The (current, previous) counts of a sliding state (period P) seen from window w.
+local function sliding_counts(st, w)
+  if st.w == w then return st.cur, st.prev end
+  if st.w + 1 == w then return 0, st.cur end
+  return 0, 0
+end
 
 ALG[6] = {
-  read = function(p, now)
-    local s = parse_state(redis.call('GET', p.key), p.fp, 4, p.key)
-    if s and s.err then return s end
-    if not s then return {updated = 0, w = -2, cur = 0, prev = 0} end
-    return {updated = s[1], w = s[2], cur = s[3], prev = s[4]}
-  end,
+  fields = 4,
+  fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
+  parse = function(q, n) return {updated = n[1], w = n[2], cur = n[3], prev = n[4]} end,
   decide = function(p, st, now, c)
     local L, P = p.L, p.P
     local w, e = divmod(now, P)
-    local n, m = 0, 0
-    if st.w == w then
-      n, m = st.cur, st.prev
-    elseif st.w + 1 == w then
-      m = st.cur
-    end
+    local n, m = sliding_counts(st, w)
     local weighted = m * (P - e)
     local function remaining(k)
       if k > L then return 0 end
@@ -50,7 +49,17 @@ ALG[6] = {
     -- the previous window's weight must decay: (m * (P - e) - (L - n - c) * P) / m
     return result(0, remaining(n), dur(weighted - (L - n - c) * P, m), reset(n))
   end,
-  write = function(p, st, now, r, ttl)
-    store(p.key, p.fp .. '|' .. int(now) .. '|' .. int(r.w) .. '|' .. int(r.n) .. '|' .. int(r.m), ttl)
+  admitted = function(p, st, now, r) return {updated = now, w = r.w, cur = r.n, prev = r.m} end,
+  refund = function(p, st, now, c)
+    local w = divmod(now, p.P)
+    if st.w ~= w and st.w + 1 ~= w then return nil end
+    local n, m = sliding_counts(st, w)
+    local take = min(c, n)
+    m = m - (c - take)
+    if m < 0 then m = 0 end
+    return {updated = now, w = w, cur = n - take, prev = m}
+  end,
+  encode = function(st)
+    return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.cur) .. '|' .. int(st.prev)
   end,
 }

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use turnstile_core::{
-    Algorithm, Backend, BackendError, Decision, ManualClock, MemoryBackend, Policy,
+    Algorithm, Backend, BackendError, Decision, Limits, ManualClock, MemoryBackend, Policy,
+    Unconfigured,
 };
 use turnstile_redis::{KeyEncoding, OnFailure, RedisBackend};
 use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
@@ -98,11 +99,20 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_traces_decide_on_redis_exactly_as_in_memory() {
-    // A deterministic pseudo-random trace per algorithm, mixing keys, costs (queries and
-    // costs above capacity included), equal times and long idle gaps, with several policies.
+    // One deterministic pseudo-random run mixing keys, costs (queries and costs above
+    // capacity included), equal times and long idle gaps, several policies, redeploys that
+    // change a policy's parameters or algorithm under the same name (carry-over), and the
+    // live-quota operations: refund, reset, overrides and tiers. Every answer must be equal,
+    // field for field, on both backends.
     let redis = TestRedis::get();
     let on_redis = backend(redis.url(), "random");
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let memory = MemoryBackend::new();
+    // TURNSTILE_SEED=n runs another trace (the default one is fixed, so failures repeat).
+    let mut seed: u64 = std::env::var("TURNSTILE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x9e37_79b9_7f4a_7c15)
+        | 1;
     let mut next = |n: u64| {
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -114,34 +124,120 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
         vec![p("gcra:limit=7,period=3s,burst=2,name=a")],
         vec![p("leaky-bucket:limit=3,period=1s,burst=4,name=a")],
         vec![p("fixed-window:limit=4,period=700ms,name=a")],
+        vec![p("fixed-window:limit=2,period=2s,name=a")],
         vec![p("sliding-log:limit=5,period=1s,name=a")],
+        vec![p("sliding-log:limit=3,period=2s,name=a")],
         vec![p("sliding-window:limit=6,period=900ms,name=a")],
+        vec![p("sliding-window:limit=4,period=900ms,name=a")],
+        vec![p("sliding-window:limit=5,period=2s,name=a")],
         vec![
             p("token-bucket:limit=5,period=1s,name=fast"),
             p("sliding-window:limit=12,period=10s,name=slow"),
             p("sliding-log:limit=8,period=3s,name=log"),
         ],
     ];
-    for (s, policies) in sets.iter().enumerate() {
-        let memory = MemoryBackend::new();
-        let mut t = 1_700_000_000_000 + next(1000);
-        for i in 0..400 {
-            t += match next(10) {
-                0 => 0,
-                1..=7 => next(300),
-                8 => next(3_000),
-                _ => next(100_000),
-            };
-            let key = ["", "a", "b"][next(3) as usize];
-            let cost = [0, 1, 1, 1, 2, 3, 13][next(7) as usize];
-            let want = memory.decide_at(key, policies, cost, t).unwrap();
-            let got = on_redis.check_at(key, policies, cost, t).await.unwrap();
-            assert_eq!(
-                got, want,
-                "set {s} request {i} at t={t} key={key:?} cost={cost}"
-            );
-        }
+    let pick = |i: u64| sets[i as usize % sets.len()].clone();
+    let mut limits = Limits::new(pick(0)).unwrap();
+    let mut t = 1_700_000_000_000u64;
+    let mut counts = [0u32; 9];
+    for i in 0..3_000 {
+        t += match next(10) {
+            0 => 0,
+            1..=7 => next(300),
+            8 => next(3_000),
+            _ => next(100_000),
+        };
+        let key = ["", "a", "b"][next(3) as usize];
+        let cost = [0, 1, 1, 1, 2, 3, 13][next(7) as usize];
+        let op = match next(100) {
+            0..=74 => 0,
+            75..=82 => 1,
+            83..=86 => 2,
+            87..=88 => 3,
+            89..=91 => 4,
+            92..=93 => 5,
+            94..=96 => 6,
+            97 => 7,
+            _ => 8,
+        };
+        counts[op] += 1;
+        let ctx = format!("request {i} op {op} at t={t} key={key:?} cost={cost}");
+        let (got, want) = match op {
+            0 => (
+                on_redis
+                    .check_limits(key, &limits, cost, Some(t))
+                    .await
+                    .unwrap(),
+                memory.decide_limits_at(key, &limits, cost, t).unwrap(),
+            ),
+            1 => (
+                on_redis.refund_at(key, &limits, cost, t).await.unwrap(),
+                memory.refund_at(key, &limits, cost, t).unwrap(),
+            ),
+            2 => {
+                // A peek changes nothing, which the next answers check.
+                (
+                    on_redis
+                        .check_limits(key, &limits, 0, Some(t))
+                        .await
+                        .unwrap(),
+                    memory.decide_limits_at(key, &limits, 0, t).unwrap(),
+                )
+            }
+            3 => (
+                on_redis.reset_at(key, &limits, t).await.unwrap(),
+                memory.reset_at(key, &limits, t).unwrap(),
+            ),
+            4 => {
+                let set = pick(next(100));
+                let r = on_redis.set_override(key, &set).await.unwrap().version();
+                let m = memory.set_override(key, set).unwrap();
+                assert_eq!(r, m, "{ctx}: override version");
+                continue;
+            }
+            5 => {
+                let r = on_redis.remove_override(key).await.unwrap().version();
+                let m = memory.remove_override(key).unwrap();
+                assert_eq!(r, m, "{ctx}: remove version");
+                continue;
+            }
+            6 => {
+                let tier = ["pro", "gold", "free"][next(3) as usize];
+                let tier = (next(4) > 0).then_some(tier);
+                let r = on_redis.set_tier(key, tier).await.unwrap().version();
+                let m = memory.set_tier(key, tier).unwrap();
+                assert_eq!(r, m, "{ctx}: tier version");
+                continue;
+            }
+            7 => {
+                // A redeploy: new defaults and tiers, possibly another algorithm per name.
+                let mode = [
+                    Unconfigured::Defaults,
+                    Unconfigured::Deny,
+                    Unconfigured::Allow,
+                ][next(3) as usize];
+                limits = Limits::new(pick(next(100)))
+                    .unwrap()
+                    .with_tier("pro", pick(next(100)))
+                    .unwrap()
+                    .with_tier("free", pick(next(100)))
+                    .unwrap()
+                    .when_unconfigured(if next(4) == 0 {
+                        mode
+                    } else {
+                        Unconfigured::Defaults
+                    });
+                continue;
+            }
+            _ => {
+                let r = on_redis.config(key).await.unwrap();
+                assert_eq!(r, memory.config(key), "{ctx}: config");
+                continue;
+            }
+        };
+        assert_eq!(got, want, "{ctx}");
     }
+    eprintln!("operations by kind: {counts:?}");
     on_redis.delete_prefix().await.unwrap();
 }
 
@@ -395,16 +491,46 @@ async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     let b = backend(&server.url(), "garbage");
     let pol = [p("token-bucket:limit=5,period=1s,name=t")];
     let key = b.state_key("victim", &pol[0]);
-    // The fingerprint of the policy, then something that is not a number.
-    let fp = format!("{:016x}", pol[0].fingerprint());
-    let set = format!("SET {key} {fp}|12|banana");
+    // The policy's parameters, then something that is not a number.
+    let set = format!("SET {key} 1.5.1000.5|12|banana");
     assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
     let err = b.check("victim", &pol, 1).await.unwrap_err();
     assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
-    // Another policy's state (another fingerprint) is simply ignored: the key starts fresh.
-    let set = format!("SET {key} 0123456789abcdef|12|34");
-    assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
-    assert_eq!(b.check("victim", &pol, 1).await.unwrap().remaining(), 4);
+    for garbage in [
+        "banana",
+        "1.5.1000|1|2",
+        "9.5.1000.5|1|2",
+        "1.5.1000.5|1|2|3",
+        "",
+    ] {
+        let set = format!("SET {key} \"{garbage}\"");
+        assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
+        let err = b.check("victim", &pol, 1).await.unwrap_err();
+        assert!(
+            matches!(err, BackendError::InvalidState(_)),
+            "{garbage}: {err}"
+        );
+    }
+    // A garbage override is a typed error too, and the local fallback takes over.
+    let cfg = format!("{}~cfg", key.rsplit_once(':').unwrap().0);
+    let set = format!("HSET {cfg} o \"1 0 1000 5 t\"");
+    assert!(command(server.port(), &set).unwrap().starts_with(":"));
+    let err = b.check("victim", &pol, 1).await.unwrap_err();
+    assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
+    let err = b.config("victim").await.unwrap_err();
+    assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
+    let local = RedisBackend::builder(server.url())
+        .prefix(prefix("garbage"))
+        .build()
+        .unwrap();
+    assert!(local.check("victim", &pol, 1).await.unwrap().allowed());
+    // State written under other parameters (a burst of 5) carries over: 1 unit in use.
+    let other = p("token-bucket:limit=5,period=1s,name=t");
+    b.check_on_redis("fresh", std::slice::from_ref(&other), 1, Some(0))
+        .await
+        .unwrap();
+    let d = b.check_on_redis("fresh", &pol, 1, Some(0)).await.unwrap().1;
+    assert_eq!(d.remaining(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

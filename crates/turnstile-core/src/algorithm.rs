@@ -11,7 +11,6 @@
 //! update is taken as that update's time (no panic, no underflow, no quota given back).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::{ms_ratio, PolicyDecision};
@@ -230,7 +229,7 @@ pub fn evaluate(policy: &Policy, state: &State, t_ms: u64, cost: u64) -> Evaluat
     let reset_ms = out.reset.ceil_ms();
     Evaluation {
         decision: PolicyDecision {
-            name: Arc::clone(policy.name_arc()),
+            policy: policy.clone(),
             allowed: out.allowed,
             remaining: out.remaining,
             retry_after: out.retry.map(Exact::duration),
@@ -272,6 +271,233 @@ pub fn evaluate_all<'s>(
         }
     }
     evals
+}
+
+/// Converts `state`, last written under `from`, for use under `to`: the carry-over rule when a
+/// policy of one name changes its parameters (a redeploy, or an override set at run time).
+/// A pure function of its inputs; backends apply it lazily, at each evaluation, and store its
+/// result only with the next admitted request, so queries and denials still change nothing.
+///
+/// The rule, per algorithm (nothing is ever given back that was not, and nothing goes
+/// negative):
+/// - between buckets (token bucket, GCRA, leaky bucket, in any combination): the units in use
+///   at `t_ms` (B − x tokens taken, or y units queued), rounded **up** to a whole unit and
+///   capped at the new burst, carry over; they then drain at the new rate;
+/// - fixed window → fixed window: with the same period, the current window's count carries
+///   over, capped at the new limit; with another period, it carries into the new current
+///   window if the state was last written inside it, else the key starts fresh;
+/// - sliding window → sliding window: with the same period, both windows' counts carry over,
+///   capped at the new limit; with another period, their sum (capped) becomes the count of
+///   the new window in which the state was last written, if that is the current or the
+///   previous one, else the key starts fresh;
+/// - sliding log → sliding log: the log carries over as it is; the new limit and period
+///   apply to it (a count above a lowered limit reports `remaining` 0 until entries expire);
+/// - anything else (another kind of algorithm): the key starts fresh.
+pub fn carry_over(from: &Policy, to: &Policy, state: &State, t_ms: u64) -> State {
+    let now = t_ms.max(state.updated_ms);
+    let fresh = State {
+        updated_ms: now,
+        kind: Kind::Fresh,
+    };
+    let kind = match (from.algorithm(), to.algorithm()) {
+        (a, b) if a.is_bucket() && b.is_bucket() => {
+            let (_, old_p, _) = params(from);
+            let (l, p, cap) = params(to);
+            let units = debt_at(from, state, now).div_ceil(old_p).min(cap);
+            let debt = units * p;
+            if debt == 0 {
+                return fresh;
+            }
+            match b {
+                Algorithm::Gcra => {
+                    let tat = u128::from(now) * l + debt;
+                    Kind::Gcra {
+                        tat_ms: narrow(tat / l),
+                        tat_frac: u32::try_from(tat % l).unwrap_or(0),
+                    }
+                }
+                _ => Kind::Bucket { debt: narrow(debt) },
+            }
+        }
+        (Algorithm::FixedWindow, Algorithm::FixedWindow) => {
+            let Kind::Window { window, count } = state.kind else {
+                return fresh;
+            };
+            let count = if window == now / from.period_ms() {
+                count
+            } else {
+                0
+            };
+            let w = now / to.period_ms();
+            if count == 0 || state.updated_ms / to.period_ms() != w {
+                return fresh;
+            }
+            Kind::Window {
+                window: w,
+                count: count.min(to.limit()),
+            }
+        }
+        (Algorithm::SlidingWindow, Algorithm::SlidingWindow) => {
+            let Kind::Sliding {
+                window,
+                current,
+                previous,
+            } = state.kind
+            else {
+                return fresh;
+            };
+            let w_old = now / from.period_ms();
+            let (n, m) = if window == w_old {
+                (current, previous)
+            } else if window.checked_add(1) == Some(w_old) {
+                (0, current)
+            } else {
+                (0, 0)
+            };
+            let cap = to.limit();
+            let w = now / to.period_ms();
+            if from.period_ms() == to.period_ms() {
+                if n == 0 && m == 0 {
+                    return fresh;
+                }
+                Kind::Sliding {
+                    window: w,
+                    current: n.min(cap),
+                    previous: m.min(cap),
+                }
+            } else {
+                let total = n.saturating_add(m).min(cap);
+                let written = state.updated_ms / to.period_ms();
+                if total == 0 {
+                    return fresh;
+                } else if written == w {
+                    Kind::Sliding {
+                        window: w,
+                        current: total,
+                        previous: 0,
+                    }
+                } else if written.checked_add(1) == Some(w) {
+                    Kind::Sliding {
+                        window: w,
+                        current: 0,
+                        previous: total,
+                    }
+                } else {
+                    return fresh;
+                }
+            }
+        }
+        (Algorithm::SlidingLog, Algorithm::SlidingLog) => return state.clone(),
+        _ => return fresh,
+    };
+    State {
+        updated_ms: now,
+        kind,
+    }
+}
+
+/// The units in use of a bucket state at `now`, as a debt in units of 1/L ms (L and P of
+/// `policy`, the policy the state was written under). 0 for non-bucket states.
+fn debt_at(policy: &Policy, state: &State, now: u64) -> u128 {
+    let (l, period, cap) = params(policy);
+    let max = cap * period;
+    match state.kind {
+        Kind::Bucket { debt } => {
+            let refill = u128::from(now.saturating_sub(state.updated_ms)) * l;
+            u128::from(debt).saturating_sub(refill).min(max)
+        }
+        Kind::Gcra { tat_ms, tat_frac } => {
+            let tat = u128::from(tat_ms) * l + u128::from(tat_frac);
+            tat.saturating_sub(u128::from(now) * l).min(max)
+        }
+        _ => 0,
+    }
+}
+
+/// Gives back `cost` units to `state` at `t_ms` under `policy` (whose parameters the state
+/// must already have; see [`carry_over`]): quota used by a request that, after the fact,
+/// should not count. Never beyond a fresh key's capacity. Per algorithm:
+/// - buckets: the debt shrinks by `cost` units (a token bucket gets `cost` tokens back, a
+///   leaky bucket's queue shrinks by `cost` units), not below empty;
+/// - fixed window: the current window's count shrinks by `cost`, not below 0 (a past
+///   window's count no longer matters);
+/// - sliding window: the current window's count shrinks first, then the previous one's;
+/// - sliding log: the newest live entries shrink first (and go when they reach 0).
+pub fn refund(policy: &Policy, state: &mut State, t_ms: u64, cost: u64) {
+    let now = t_ms.max(state.updated_ms);
+    if cost == 0 {
+        return;
+    }
+    let (l, period, cap) = params(policy);
+    let kind = match &mut state.kind {
+        Kind::Fresh => return,
+        Kind::Bucket { .. } | Kind::Gcra { .. } => {
+            let debt = debt_at(policy, state, now);
+            let give = u128::from(cost).min(cap) * period;
+            let debt = debt.saturating_sub(give);
+            if policy.algorithm() == Algorithm::Gcra {
+                let tat = u128::from(now) * l + debt;
+                Kind::Gcra {
+                    tat_ms: narrow(tat / l),
+                    tat_frac: u32::try_from(tat % l).unwrap_or(0),
+                }
+            } else {
+                Kind::Bucket { debt: narrow(debt) }
+            }
+        }
+        Kind::Window { window, count } => {
+            if *window != now / policy.period_ms() {
+                return;
+            }
+            Kind::Window {
+                window: *window,
+                count: count.saturating_sub(cost),
+            }
+        }
+        Kind::Sliding {
+            window,
+            current,
+            previous,
+        } => {
+            let w = now / policy.period_ms();
+            let (n, m) = if *window == w {
+                (*current, *previous)
+            } else if window.checked_add(1) == Some(w) {
+                (0, *current)
+            } else {
+                return;
+            };
+            let take = cost.min(n);
+            let rest = cost - take;
+            Kind::Sliding {
+                window: w,
+                current: n - take,
+                previous: m.saturating_sub(rest),
+            }
+        }
+        Kind::Log(log) => {
+            let mut rest = cost;
+            while rest > 0 {
+                let Some((at, c)) = log.entries.back_mut() else {
+                    break;
+                };
+                if u128::from(*at) + period <= u128::from(now) {
+                    break; // expired entries no longer count
+                }
+                let take = rest.min(*c);
+                *c -= take;
+                log.total -= take;
+                rest -= take;
+                if *c == 0 {
+                    log.entries.pop_back();
+                }
+            }
+            state.updated_ms = now;
+            return;
+        }
+    };
+    state.kind = kind;
+    state.updated_ms = now;
 }
 
 /// An exact duration of `num / den` milliseconds.

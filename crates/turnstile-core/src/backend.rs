@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::policy::Policy;
+use crate::quota::Limits;
 
 /// A boxed error source, as carried by [`BackendError`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -43,6 +44,25 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// # Errors
     /// As [`Backend::check`].
     fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future;
+
+    /// Checks `key` with `cost` units against the policies `limits` resolves for it — its
+    /// override stored in the backend, else its tier's policies, else the [`Unconfigured`](crate::Unconfigured)
+    /// behaviour — at `now_ms`, or at the backend's own time when `None`. The decision's
+    /// [`Decision::applied`] says which configuration decided.
+    ///
+    /// [`Backend::check`] is this with [`Limits`] of the given policies and no tiers: a key's
+    /// override applies there too.
+    ///
+    /// # Errors
+    /// As [`Backend::check`]; also [`BackendError::InvalidState`] when the key's stored
+    /// configuration cannot be read.
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future;
 }
 
 /// Why a backend could not make a decision. Never a panic; an error changes no state.

@@ -1,7 +1,9 @@
 //! Decisions: what a check answers, per policy and in aggregate.
 
-use std::sync::Arc;
 use std::time::Duration;
+
+use crate::policy::Policy;
+use crate::quota::Applied;
 
 /// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
 ///
@@ -9,7 +11,7 @@ use std::time::Duration;
 /// to milliseconds or seconds gives exactly the exact value rounded up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyDecision {
-    pub(crate) name: Arc<str>,
+    pub(crate) policy: Policy,
     pub(crate) allowed: bool,
     pub(crate) remaining: u64,
     pub(crate) retry_after: Option<Duration>,
@@ -22,7 +24,7 @@ impl PolicyDecision {
     /// Redis scripts). Durations should be exact values rounded up to nanoseconds, as
     /// [`exact_ms`] gives; `retry_after` is `Some(Duration::ZERO)` when `allowed`.
     pub fn new(
-        name: Arc<str>,
+        policy: Policy,
         allowed: bool,
         remaining: u64,
         retry_after: Option<Duration>,
@@ -30,7 +32,7 @@ impl PolicyDecision {
         delay: Duration,
     ) -> Self {
         PolicyDecision {
-            name,
+            policy,
             allowed,
             remaining,
             retry_after,
@@ -41,7 +43,12 @@ impl PolicyDecision {
 
     /// The policy's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.policy.name()
+    }
+
+    /// The policy this result is for (with an override, the key's own policy).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Whether this policy, on its own, admits the request.
@@ -90,6 +97,8 @@ pub struct Decision {
     delay: Duration,
     binding: usize,
     policies: Vec<PolicyDecision>,
+    applied: Applied,
+    version: u64,
 }
 
 impl Decision {
@@ -131,7 +140,60 @@ impl Decision {
             delay,
             binding,
             policies,
+            applied: Applied::Defaults,
+            version: 0,
         }
+    }
+
+    /// The decision on a key with no configuration when the backend is told to deny such
+    /// keys ([`Unconfigured::Deny`](crate::Unconfigured::Deny)): denied, `remaining` 0, and
+    /// no wait can help (`retry_after` is `None`).
+    pub fn unconfigured_denied(version: u64) -> Self {
+        Decision {
+            allowed: false,
+            retry_after: None,
+            delay: Duration::ZERO,
+            binding: 0,
+            policies: Vec::new(),
+            applied: Applied::Denied,
+            version,
+        }
+    }
+
+    /// The decision on a key with no configuration when the backend is told to admit such
+    /// keys without limit ([`Unconfigured::Allow`](crate::Unconfigured::Allow)): admitted,
+    /// `remaining` `u64::MAX`, no policy checked.
+    pub fn unlimited(version: u64) -> Self {
+        Decision {
+            allowed: true,
+            retry_after: Some(Duration::ZERO),
+            delay: Duration::ZERO,
+            binding: 0,
+            policies: Vec::new(),
+            applied: Applied::Unlimited,
+            version,
+        }
+    }
+
+    /// The same decision, saying which configuration applied and the key's configuration
+    /// version.
+    pub fn with_applied(mut self, applied: Applied, version: u64) -> Self {
+        self.applied = applied;
+        self.version = version;
+        self
+    }
+
+    /// Which configuration decided: the default policies, the key's override, its tier, or
+    /// (for a key without configuration) a blanket deny or allow.
+    pub fn applied(&self) -> &Applied {
+        &self.applied
+    }
+
+    /// The key's configuration version: it changes whenever something gives the key quota
+    /// back or changes its policies (reset, refund, override, tier), so a cache of denials
+    /// can tell that a denial may no longer hold. 0 for a key never configured.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Whether the request is admitted (by every policy).
@@ -139,9 +201,14 @@ impl Decision {
         self.allowed
     }
 
-    /// The binding policy's `remaining` (units).
+    /// The binding policy's `remaining` (units); `u64::MAX` when no policy applied and the
+    /// key is admitted without limit, 0 when it is denied without one.
     pub fn remaining(&self) -> u64 {
-        self.binding().map_or(0, |p| p.remaining)
+        match self.binding() {
+            Some(p) => p.remaining,
+            None if self.allowed => u64::MAX,
+            None => 0,
+        }
     }
 
     /// `Some(Duration::ZERO)` when admitted; when denied, the largest `retry_after` of the
@@ -210,7 +277,9 @@ mod tests {
         reset: u64,
     ) -> PolicyDecision {
         PolicyDecision {
-            name: Arc::from(name),
+            policy: format!("gcra:limit=1,period=1s,name={name}")
+                .parse()
+                .unwrap(),
             allowed,
             remaining,
             retry_after: retry.map(Duration::from_millis),

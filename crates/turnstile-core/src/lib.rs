@@ -39,6 +39,7 @@ mod clock;
 mod decision;
 mod memory;
 mod policy;
+mod quota;
 
 pub use algorithm::{Evaluation, State};
 pub use backend::{Backend, BackendError, BoxError};
@@ -48,4 +49,7 @@ pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use policy::{
     format_duration_ms, parse_duration, Algorithm, InvalidPolicy, Policy, MAX_EXACT, MAX_LIMIT,
     MAX_PERIOD_MS, MAX_REQUEST_VALUE,
+};
+pub use quota::{
+    validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits, LimitsError, Unconfigured,
 };

@@ -8,11 +8,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 
-use crate::algorithm::{evaluate_all, Evaluation, State};
+use crate::algorithm::{carry_over, evaluate, evaluate_all, refund, Evaluation, State};
 use crate::backend::{Backend, BackendError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PolicyDecision};
 use crate::policy::Policy;
+use crate::quota::{
+    resolve, validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits, Tier,
+    Unconfigured,
+};
+
+/// How long a key's version is kept when it has no other configuration: a day, as in Redis.
+const VERSION_TTL_MS: u64 = 86_400_000;
 
 /// How many entries each check looks at for expiry, beyond the one it uses.
 const SWEEP_PER_CHECK: usize = 2;
@@ -94,21 +101,65 @@ struct Shard {
 }
 
 struct Entry {
-    /// Max of the slots' `expires_ms`.
+    /// Max of the slots' `expires_ms`; `u64::MAX` while the key has an override or a tier.
     expires_ms: u64,
     slots: Vec<Slot>,
+    config: Option<Box<KeyConfig>>,
+    /// Until when a version without other configuration is kept.
+    version_until_ms: u64,
 }
 
 struct Slot {
-    name: Arc<str>,
-    fingerprint: u64,
+    /// The policy the state was last written under (name and parameters).
+    policy: Policy,
     expires_ms: u64,
     state: State,
 }
 
+impl Slot {
+    /// Whether the state was written under other parameters than `p`'s (same name).
+    fn stale_for(&self, p: &Policy) -> bool {
+        self.policy.name() == p.name() && !self.policy.same_parameters(p)
+    }
+}
+
 impl Entry {
     fn slot(&self, p: &Policy) -> Option<&Slot> {
-        self.slots.iter().find(|s| *s.name == *p.name())
+        self.slots.iter().find(|s| s.policy.name() == p.name())
+    }
+
+    fn slot_mut(&mut self, p: &Policy) -> &mut Slot {
+        match self.slots.iter().position(|s| s.policy.name() == p.name()) {
+            Some(i) => &mut self.slots[i],
+            None => {
+                self.slots.push(Slot {
+                    policy: p.clone(),
+                    expires_ms: 0,
+                    state: State::new(),
+                });
+                self.slots.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// Bumps the key's version; a version alone is kept a day from `now_ms`, as in Redis.
+    fn bump_version(&mut self, now_ms: u64) -> u64 {
+        let config = self.config.get_or_insert_with(Box::default);
+        config.version = config.version.wrapping_add(1);
+        self.version_until_ms = now_ms.saturating_add(VERSION_TTL_MS);
+        config.version
+    }
+
+    /// Drops expired slots and recomputes when the whole entry expires.
+    fn settle(&mut self, now_ms: u64) {
+        self.slots.retain(|s| s.expires_ms > now_ms);
+        let configured = self.config.as_deref().is_some_and(|c| !c.is_empty());
+        self.expires_ms = if configured {
+            u64::MAX
+        } else {
+            let state = self.slots.iter().map(|s| s.expires_ms).max().unwrap_or(0);
+            state.max(self.version_until_ms)
+        };
     }
 }
 
@@ -208,7 +259,8 @@ impl<C> MemoryBackend<C> {
     }
 
     /// Checks `key` against `policies` at time `now_ms`, synchronously. This is what
-    /// [`Backend::check_at`] runs.
+    /// [`Backend::check_at`] runs. `policies` are the defaults: a key with an override or a
+    /// tier of its own is checked against those instead (see [`MemoryBackend::decide_limits_at`]).
     ///
     /// # Errors
     /// [`BackendError::InvalidRequest`] when `policies` is empty or two of them share a name
@@ -222,76 +274,114 @@ impl<C> MemoryBackend<C> {
         cost: u64,
         now_ms: u64,
     ) -> Result<Decision, BackendError> {
-        if policies.is_empty() {
-            return Err(BackendError::InvalidRequest(
-                "a check needs at least one policy".into(),
-            ));
-        }
-        for (i, p) in policies.iter().enumerate() {
-            if policies[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(BackendError::InvalidRequest(format!(
-                    "two policies are named {:?}",
-                    p.name()
-                )));
-            }
-        }
-        let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
-        let mut shard = lock(&inner.shards[(hash as usize) % inner.shards.len()]);
+        validate_policy_set(policies).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
+        self.decide_inner(
+            key,
+            policies,
+            &Limits::NO_TIERS,
+            Unconfigured::Defaults,
+            cost,
+            now_ms,
+        )
+    }
+
+    /// Checks `key` at `now_ms` against the policies `limits` resolves for it: its override,
+    /// else its tier's, else the [`Unconfigured`] behaviour. The decision's
+    /// [`Decision::applied`] says which.
+    ///
+    /// # Errors
+    /// As [`MemoryBackend::decide_at`].
+    pub fn decide_limits_at(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        self.decide_inner(
+            key,
+            limits.defaults(),
+            limits.tier_slice(),
+            limits.unconfigured(),
+            cost,
+            now_ms,
+        )
+    }
+
+    fn decide_inner(
+        &self,
+        key: &str,
+        defaults: &[Policy],
+        tiers: &[Tier],
+        unconfigured: Unconfigured,
+        cost: u64,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        let mut shard = self.shard(key);
         self.sweep(&mut shard, now_ms, SWEEP_PER_CHECK);
 
-        let fresh = State::new();
         let entry = shard.map.get(key);
-        let state_for = |p: &Policy| -> &State {
+        let config = entry.and_then(|e| e.config.as_deref());
+        let version = config.map_or(0, KeyConfig::version);
+        let (policies, applied) = resolve(config, defaults, tiers, unconfigured);
+        let Some(policies) = policies else {
+            return Ok(match applied {
+                Applied::Unlimited => Decision::unlimited(version),
+                _ => Decision::unconfigured_denied(version),
+            });
+        };
+        // A policy whose parameters changed since its state was written is evaluated on the
+        // carried-over state (stored only if this request is admitted).
+        let carried: Vec<Option<State>> = match entry {
+            Some(e)
+                if e.slots
+                    .iter()
+                    .any(|s| policies.iter().any(|p| s.stale_for(p))) =>
+            {
+                policies
+                    .iter()
+                    .map(|p| {
+                        e.slot(p)
+                            .filter(|s| s.stale_for(p))
+                            .map(|s| carry_over(&s.policy, p, &s.state, now_ms))
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let fresh = State::new();
+        let state_of = |i: usize| -> &State {
+            if let Some(Some(c)) = carried.get(i) {
+                return c;
+            }
             entry
-                .and_then(|e| e.slot(p))
-                .filter(|s| s.fingerprint == p.fingerprint())
+                .and_then(|e| e.slot(&policies[i]))
                 .map_or(&fresh, |s| &s.state)
         };
-        let evals = evaluate_all(policies, |i| state_for(&policies[i]), now_ms, cost);
+        let evals = evaluate_all(policies, state_of, now_ms, cost);
         let admitted = evals.iter().all(|e| e.decision().allowed());
         if !admitted || !evals.iter().any(Evaluation::changes_state) {
             return Ok(Decision::from_policies(
                 evals.into_iter().map(Evaluation::into_decision).collect(),
-            ));
+            )
+            .with_applied(applied, version));
         }
 
-        if !shard.map.contains_key(key) {
-            self.reserve_key(&mut shard, now_ms)?;
-            shard.map.insert(
-                Box::from(key),
-                Entry {
-                    expires_ms: 0,
-                    slots: Vec::with_capacity(policies.len()),
-                },
-            );
-        }
-        let entry = shard
-            .map
-            .get_mut(key)
-            .expect("the entry was found or inserted above while the shard is locked");
+        // Owned copies: `policies` may borrow the entry's own override.
+        let policies: Vec<Policy> = policies.to_vec();
+        let entry = self.entry_mut(&mut shard, key, now_ms)?;
+        let mut carried = carried.into_iter();
         let decisions: Vec<PolicyDecision> = policies
             .iter()
             .zip(evals)
             .map(|(p, eval)| {
                 let expires_ms = eval.expires_at_ms();
                 let changes = eval.changes_state();
-                let slot = match entry.slots.iter().position(|s| *s.name == *p.name()) {
-                    Some(i) => &mut entry.slots[i],
-                    None => {
-                        entry.slots.push(Slot {
-                            name: Arc::clone(p.name_arc()),
-                            fingerprint: p.fingerprint(),
-                            expires_ms: 0,
-                            state: State::new(),
-                        });
-                        entry.slots.last_mut().expect("just pushed")
-                    }
-                };
-                if slot.fingerprint != p.fingerprint() {
-                    // The policy's parameters changed: the key starts fresh under the new ones.
-                    slot.fingerprint = p.fingerprint();
-                    slot.state = State::new();
+                let carried = carried.next().flatten();
+                let slot = entry.slot_mut(p);
+                if let Some(c) = carried {
+                    slot.state = c;
+                    slot.policy = p.clone();
                 }
                 if changes {
                     slot.expires_ms = expires_ms;
@@ -299,9 +389,174 @@ impl<C> MemoryBackend<C> {
                 eval.apply(&mut slot.state)
             })
             .collect();
-        entry.slots.retain(|s| s.expires_ms > now_ms);
-        entry.expires_ms = entry.slots.iter().map(|s| s.expires_ms).max().unwrap_or(0);
-        Ok(Decision::from_policies(decisions))
+        entry.settle(now_ms);
+        Ok(Decision::from_policies(decisions).with_applied(applied, version))
+    }
+
+    /// Locks the shard of `key`.
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        lock(&inner.shards[(hash as usize) % inner.shards.len()])
+    }
+
+    /// The entry of `key`, inserted (within the key cap) if missing.
+    fn entry_mut<'s>(
+        &self,
+        shard: &'s mut Shard,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<&'s mut Entry, BackendError> {
+        if !shard.map.contains_key(key) {
+            self.reserve_key(shard, now_ms)?;
+            shard.map.insert(
+                Box::from(key),
+                Entry {
+                    expires_ms: 0,
+                    slots: Vec::new(),
+                    config: None,
+                    version_until_ms: 0,
+                },
+            );
+        }
+        Ok(shard
+            .map
+            .get_mut(key)
+            .expect("the entry was found or inserted above while the shard is locked"))
+    }
+
+    /// Gives `cost` units back to `key` under every policy `limits` resolves for it, at
+    /// `now_ms` (see [`algorithm::refund`](crate::algorithm::refund) for what that means per
+    /// algorithm), bumps its version, and returns the key's state afterwards as a query
+    /// would. Refunding a key with no state changes nothing but the version.
+    ///
+    /// # Errors
+    /// [`BackendError::CapacityExceeded`] only if the key is new and the backend is full.
+    pub fn refund_at(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        {
+            let mut shard = self.shard(key);
+            let config = shard.map.get(key).and_then(|e| e.config.as_deref());
+            let (policies, _) = limits.resolve(config);
+            let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
+            let entry = self.entry_mut(&mut shard, key, now_ms)?;
+            for p in &policies {
+                let Some(i) = entry.slots.iter().position(|s| s.policy.name() == p.name()) else {
+                    continue;
+                };
+                let slot = &mut entry.slots[i];
+                if slot.stale_for(p) {
+                    slot.state = carry_over(&slot.policy, p, &slot.state, now_ms);
+                    slot.policy = p.clone();
+                }
+                refund(p, &mut slot.state, now_ms, cost);
+                slot.expires_ms = evaluate(p, &slot.state, now_ms, 0).expires_at_ms();
+            }
+            entry.bump_version(now_ms);
+            entry.settle(now_ms);
+        }
+        self.decide_limits_at(key, limits, 0, now_ms)
+    }
+
+    /// Forgets the state of every policy that applies to `key` (it is fresh again), keeping
+    /// its configuration, bumps its version, and returns its state afterwards as a query
+    /// at `now_ms` would. Identical to the Redis backend's `reset`.
+    ///
+    /// # Errors
+    /// [`BackendError::CapacityExceeded`] only if the key is new and the backend is full.
+    pub fn reset_at(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        {
+            let mut shard = self.shard(key);
+            let config = shard.map.get(key).and_then(|e| e.config.as_deref());
+            let (policies, _) = limits.resolve(config);
+            let names: Vec<Arc<str>> = policies
+                .unwrap_or_default()
+                .iter()
+                .map(|p| Arc::clone(p.name_arc()))
+                .collect();
+            let entry = self.entry_mut(&mut shard, key, now_ms)?;
+            entry
+                .slots
+                .retain(|s| !names.iter().any(|n| **n == *s.policy.name()));
+            entry.bump_version(now_ms);
+            entry.settle(now_ms);
+        }
+        self.decide_limits_at(key, limits, 0, now_ms)
+    }
+
+    /// The stored configuration of `key` (empty when it has none).
+    pub fn config(&self, key: &str) -> KeyConfig {
+        let shard = self.shard(key);
+        shard
+            .map
+            .get(key)
+            .and_then(|e| e.config.as_deref().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Stores `policies` as `key`'s override: from the next check on they replace the
+    /// defaults and the key's tier. State of a policy of the same name carries over (see
+    /// [`algorithm::carry_over`](crate::algorithm::carry_over)). Returns the new version.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an empty set or two policies of one name;
+    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
+    pub fn set_override(&self, key: &str, policies: Vec<Policy>) -> Result<u64, BackendError>
+    where
+        C: Clock,
+    {
+        validate_policy_set(&policies).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
+        self.configure(key, |c| c.policies = Some(Arc::from(policies)))
+    }
+
+    /// Removes `key`'s override (its tier, if any, applies again). Returns the new version.
+    ///
+    /// # Errors
+    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
+    pub fn remove_override(&self, key: &str) -> Result<u64, BackendError>
+    where
+        C: Clock,
+    {
+        self.configure(key, |c| c.policies = None)
+    }
+
+    /// Maps `key` to the tier `tier` (`None`: no tier). Returns the new version.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an invalid tier name;
+    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
+    pub fn set_tier(&self, key: &str, tier: Option<&str>) -> Result<u64, BackendError>
+    where
+        C: Clock,
+    {
+        if let Some(t) = tier {
+            validate_tier_name(t).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
+        }
+        self.configure(key, |c| c.tier = tier.map(Arc::from))
+    }
+
+    fn configure(&self, key: &str, change: impl FnOnce(&mut KeyConfig)) -> Result<u64, BackendError>
+    where
+        C: Clock,
+    {
+        let now = self.inner.clock.now_ms();
+        let mut shard = self.shard(key);
+        let entry = self.entry_mut(&mut shard, key, now)?;
+        change(entry.config.get_or_insert_with(Box::default));
+        let version = entry.bump_version(now);
+        // No slot is dropped here: states may be timed on another clock (explicit times).
+        entry.settle(0);
+        Ok(version)
     }
 
     /// Looks at up to `n` entries of `shard` for expiry, dropping expired ones.
@@ -373,6 +628,17 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future {
         ready(self.decide_at(key, policies, cost, now_ms))
+    }
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        let now = now_ms.unwrap_or_else(|| self.inner.clock.now_ms());
+        ready(self.decide_limits_at(key, limits, cost, now))
     }
 }
 
@@ -456,7 +722,7 @@ mod tests {
     }
 
     #[test]
-    fn changed_policy_parameters_start_fresh() {
+    fn changed_policy_parameters_carry_over_the_units_in_use() {
         let b = MemoryBackend::new();
         let small = p("token-bucket:limit=1,period=1m,name=x");
         let big = p("token-bucket:limit=5,period=1m,name=x");
@@ -465,7 +731,79 @@ mod tests {
             .unwrap()
             .allowed());
         assert!(!b.decide_at("k", &[small], 1, 0).unwrap().allowed());
-        assert_eq!(b.decide_at("k", &[big], 1, 0).unwrap().remaining(), 4);
+        // One unit in use carries over to the bigger bucket: 5 − 1 − 1 left.
+        assert_eq!(b.decide_at("k", &[big], 1, 0).unwrap().remaining(), 3);
+    }
+
+    #[test]
+    fn overrides_tiers_and_unconfigured_keys() {
+        let b = MemoryBackend::new();
+        let limits = Limits::new([p("fixed-window:limit=2,period=1h,name=api")])
+            .unwrap()
+            .with_tier("pro", [p("fixed-window:limit=5,period=1h,name=api")])
+            .unwrap();
+        let d = b.decide_limits_at("free", &limits, 1, 0).unwrap();
+        assert_eq!((d.applied(), d.remaining()), (&Applied::Defaults, 1));
+
+        let v1 = b.set_tier("paying", Some("pro")).unwrap();
+        let d = b.decide_limits_at("paying", &limits, 1, 0).unwrap();
+        assert_eq!(d.applied(), &Applied::Tier(Arc::from("pro")));
+        assert_eq!((d.remaining(), d.version()), (4, v1));
+
+        // An override beats the tier; the count of "api" carries over (same window, 1 used).
+        let v2 = b
+            .set_override("paying", vec![p("fixed-window:limit=3,period=1h,name=api")])
+            .unwrap();
+        assert!(v2 > v1);
+        let d = b.decide_limits_at("paying", &limits, 1, 0).unwrap();
+        assert_eq!((d.applied(), d.remaining()), (&Applied::Override, 1));
+        assert_eq!(b.config("paying").tier(), Some("pro"));
+        b.remove_override("paying").unwrap();
+        assert_eq!(
+            b.decide_limits_at("paying", &limits, 0, 0)
+                .unwrap()
+                .applied(),
+            &Applied::Tier(Arc::from("pro"))
+        );
+
+        // An unknown tier is no configuration.
+        b.set_tier("odd", Some("gold")).unwrap();
+        let deny = limits.clone().when_unconfigured(Unconfigured::Deny);
+        let d = b.decide_limits_at("odd", &deny, 1, 0).unwrap();
+        assert!(!d.allowed());
+        assert_eq!((d.applied(), d.retry_after()), (&Applied::Denied, None));
+        let allow = limits.when_unconfigured(Unconfigured::Allow);
+        let d = b.decide_limits_at("odd", &allow, 1_000_000, 0).unwrap();
+        assert!(d.allowed());
+        assert_eq!(d.applied(), &Applied::Unlimited);
+        // Configured keys never expire; unconfigured ones do.
+        assert_eq!(b.purge_expired(u64::MAX - 1), 1, "only `free` goes");
+        assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn refund_and_reset_give_quota_back_and_bump_the_version() {
+        let b = MemoryBackend::new();
+        let limits = Limits::new([
+            p("token-bucket:limit=4,period=4s,name=tb"),
+            p("sliding-log:limit=4,period=4s,name=log"),
+        ])
+        .unwrap();
+        for _ in 0..4 {
+            assert!(b.decide_limits_at("k", &limits, 1, 0).unwrap().allowed());
+        }
+        assert!(!b.decide_limits_at("k", &limits, 1, 0).unwrap().allowed());
+        let d = b.refund_at("k", &limits, 2, 0).unwrap();
+        assert_eq!((d.remaining(), d.version()), (2, 1));
+        // Never beyond a fresh key's capacity.
+        let d = b.refund_at("k", &limits, 100, 0).unwrap();
+        assert_eq!(d.remaining(), 4);
+        b.decide_limits_at("k", &limits, 3, 0).unwrap();
+        let d = b.reset_at("k", &limits, 0).unwrap();
+        assert_eq!((d.remaining(), d.version()), (4, 3));
+        // A version alone is kept a day, then the key is forgotten.
+        assert_eq!(b.purge_expired(86_400_000 - 1), 0);
+        assert_eq!(b.purge_expired(86_400_000), 1);
     }
 
     #[test]

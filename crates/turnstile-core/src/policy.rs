@@ -222,7 +222,7 @@ impl std::error::Error for InvalidPolicy {}
 /// assert!(Policy::fixed_window(0, Duration::from_secs(1)).is_err());
 /// # Ok(()) }
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct Policy {
     algorithm: Algorithm,
     limit: u64,
@@ -230,6 +230,23 @@ pub struct Policy {
     burst: Option<u64>,
     name: Arc<str>,
     named: bool,
+}
+
+/// Policies are equal when their names and parameters are (a burst given explicitly equal
+/// to the limit is the same policy as the default burst).
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.same_parameters(other)
+    }
+}
+
+impl Eq for Policy {}
+
+impl std::hash::Hash for Policy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.fingerprint().hash(state);
+    }
 }
 
 impl fmt::Debug for Policy {
@@ -439,6 +456,14 @@ impl Policy {
     /// Whether the name was given explicitly rather than derived from the parameters.
     pub fn has_explicit_name(&self) -> bool {
         self.named
+    }
+
+    /// Whether `other` has the same algorithm, limit, period and capacity (names aside).
+    pub fn same_parameters(&self, other: &Policy) -> bool {
+        self.algorithm == other.algorithm
+            && self.limit == other.limit
+            && self.period_ms == other.period_ms
+            && self.capacity() == other.capacity()
     }
 
     /// A stable 64-bit fingerprint of the algorithm and parameters (not the name): the same

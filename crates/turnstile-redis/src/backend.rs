@@ -10,11 +10,14 @@ use std::time::Duration;
 use deadpool_redis::redis::{self, RedisError, Script};
 use deadpool_redis::{cluster, Runtime};
 use turnstile_core::{
-    Backend, BackendError, Clock, Decision, MemoryBackend, Policy, SystemClock, MAX_EXACT,
+    Backend, BackendError, Clock, Decision, KeyConfig, Limits, MemoryBackend, Policy, SystemClock,
+    Unconfigured, MAX_EXACT,
 };
 
-use crate::keys::{log_key, state_key, KeyEncoding};
-use crate::script::{algorithm_id, check_script, parse_reply};
+use crate::keys::{config_key, key_base, state_key, KeyEncoding};
+use crate::script::{
+    check_args, check_script, config_script, encode_override, parse_config, parse_reply, Op, Sets,
+};
 
 /// The default key prefix. The `v1` is the stored format's version, so two releases that
 /// store state differently never misread each other's keys.
@@ -135,6 +138,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
 struct Inner<C> {
     pool: Pool,
     script: Script,
+    config_script: Script,
     prefix: String,
     keys: KeyEncoding,
     timeout: Duration,
@@ -299,6 +303,7 @@ impl<C> RedisBackendBuilder<C> {
             inner: Arc::new(Inner {
                 pool,
                 script: check_script(),
+                config_script: config_script(),
                 prefix: self.prefix,
                 keys: self.keys,
                 timeout: self.timeout,
@@ -335,8 +340,74 @@ impl<C: Clock> RedisBackend<C> {
         &self.inner.fallback
     }
 
-    /// Checks on Redis only: no timeout, no failure policy. `now_ms` `None` uses the
-    /// server's `TIME`. Returns the time the script used and the decision.
+    /// Runs one call of the check script on Redis only: no timeout, no failure policy.
+    /// Returns the time the script used and the decision.
+    async fn call(
+        &self,
+        key: &str,
+        sets: Sets<'_>,
+        op: Op,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<(u64, Decision), BackendError> {
+        if now_ms.is_some_and(|t| t > MAX_EXACT) {
+            return Err(BackendError::InvalidRequest(
+                "the time must be at most 2^53 − 1 ms".into(),
+            ));
+        }
+        let inner = &*self.inner;
+        let tag = inner.keys.tag(key);
+        let mut inv = inner.script.prepare_invoke();
+        inv.key(config_key(&inner.prefix, &tag));
+        let min_ttl = if now_ms.is_some() {
+            SIMULATION_MIN_TTL.as_millis() as u64
+        } else {
+            0
+        };
+        check_args(
+            &mut inv,
+            &key_base(&inner.prefix, &tag),
+            sets,
+            op,
+            cost,
+            now_ms,
+            min_ttl,
+        );
+        let reply: Vec<redis::Value> = self.invoke(&inv).await?;
+        parse_reply(&reply, sets)
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, BackendError> {
+        match &self.inner.pool {
+            Pool::Single(pool) => {
+                let mut conn = pool.get().await.map_err(pool_error)?;
+                inv.invoke_async(&mut conn).await.map_err(redis_error)
+            }
+            Pool::Cluster(pool) => {
+                let mut conn = pool.get().await.map_err(pool_error)?;
+                inv.invoke_async(&mut conn).await.map_err(redis_error)
+            }
+        }
+    }
+
+    /// Bounds `fut` by the per-call timeout.
+    async fn timed<T>(
+        &self,
+        fut: impl Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        tokio::time::timeout(self.inner.timeout, fut)
+            .await
+            .unwrap_or(Err(BackendError::Timeout {
+                after: self.inner.timeout,
+            }))
+    }
+
+    /// Checks on Redis only — no failure policy, no retry interval, no timeout — with the
+    /// server's `TIME` (`now_ms` `None`) or an explicit time. Returns the time the script
+    /// used and the decision. For tests and tools; services use [`Backend::check`].
     ///
     /// # Errors
     /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names or
@@ -350,45 +421,142 @@ impl<C: Clock> RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Result<(u64, Decision), BackendError> {
-        validate(policies, now_ms)?;
+        turnstile_core::validate_policy_set(policies)
+            .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
+        self.call(key, plain_sets(policies), Op::Check, cost, now_ms)
+            .await
+    }
+
+    /// Every policy's `remaining` and `reset_after` for `key` without consuming anything (a
+    /// check of cost 0): never changes state.
+    ///
+    /// # Errors
+    /// As [`RedisBackend::check_on_redis`], bounded by the per-call timeout; no fallback.
+    pub async fn peek(&self, key: &str, limits: &Limits) -> Result<Decision, BackendError> {
+        let tiers = tier_list(limits);
+        let fut = self.call(key, sets(limits, &tiers), Op::Check, 0, None);
+        Ok(self.timed(fut).await?.1)
+    }
+
+    /// Gives `cost` units back to `key` under every policy that applies to it, as
+    /// `turnstile_core::algorithm::refund` defines per algorithm (never beyond a fresh key's
+    /// capacity), bumps its version, and returns its state afterwards as [`Self::peek`] would.
+    /// Identical to [`MemoryBackend::refund_at`].
+    ///
+    /// # Errors
+    /// As [`RedisBackend::peek`].
+    pub async fn refund(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        let tiers = tier_list(limits);
+        let fut = self.call(key, sets(limits, &tiers), Op::Refund, cost, None);
+        Ok(self.timed(fut).await?.1)
+    }
+
+    /// As [`RedisBackend::refund`], at an explicit time (simulations and tests).
+    ///
+    /// # Errors
+    /// As [`RedisBackend::peek`].
+    pub async fn refund_at(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        let tiers = tier_list(limits);
+        let fut = self.call(key, sets(limits, &tiers), Op::Refund, cost, Some(now_ms));
+        Ok(self.timed(fut).await?.1)
+    }
+
+    /// Forgets the state of every policy that applies to `key` (it is fresh again), keeping
+    /// its configuration, and bumps its version. Returns the fresh state as [`Self::peek`].
+    ///
+    /// # Errors
+    /// As [`RedisBackend::peek`].
+    pub async fn reset(&self, key: &str, limits: &Limits) -> Result<Decision, BackendError> {
+        let tiers = tier_list(limits);
+        let fut = self.call(key, sets(limits, &tiers), Op::Reset, 0, None);
+        Ok(self.timed(fut).await?.1)
+    }
+
+    /// As [`RedisBackend::reset`], answering as a query at an explicit time (simulations
+    /// and tests).
+    ///
+    /// # Errors
+    /// As [`RedisBackend::peek`].
+    pub async fn reset_at(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now_ms: u64,
+    ) -> Result<Decision, BackendError> {
+        let tiers = tier_list(limits);
+        let fut = self.call(key, sets(limits, &tiers), Op::Reset, 0, Some(now_ms));
+        Ok(self.timed(fut).await?.1)
+    }
+
+    async fn configure(&self, key: &str, args: &[&str]) -> Result<KeyConfig, BackendError> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
-        let mut inv = inner.script.prepare_invoke();
-        for p in policies {
-            inv.key(state_key(&inner.prefix, &tag, p.name()));
-            if p.algorithm() == turnstile_core::Algorithm::SlidingLog {
-                inv.key(log_key(&inner.prefix, &tag, p.name()));
-            }
+        let mut inv = inner.config_script.prepare_invoke();
+        inv.key(config_key(&inner.prefix, &tag));
+        for a in args {
+            inv.arg(*a);
         }
-        // Any cost above 2^53 − 1 is above every capacity: the answer ("never") is the same.
-        let cost = cost.min(MAX_EXACT);
-        let min_ttl = if now_ms.is_some() {
-            SIMULATION_MIN_TTL.as_millis() as u64
-        } else {
-            0
-        };
-        inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
-            .arg(cost)
-            .arg(min_ttl)
-            .arg(policies.len());
-        for p in policies {
-            inv.arg(algorithm_id(p.algorithm()))
-                .arg(p.limit())
-                .arg(p.period_ms())
-                .arg(p.capacity())
-                .arg(format!("{:016x}", p.fingerprint()));
+        let reply: Vec<redis::Value> = self.timed(self.invoke(&inv)).await?;
+        parse_config(&reply, key)
+    }
+
+    /// The stored configuration of `key`: its override, its tier, its version.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidState`] when the stored override cannot be read; otherwise as
+    /// [`RedisBackend::peek`].
+    pub async fn config(&self, key: &str) -> Result<KeyConfig, BackendError> {
+        self.configure(key, &["get"]).await
+    }
+
+    /// Stores `policies` as `key`'s override: from the next check on every node, they
+    /// replace the defaults and the key's tier. A policy of the same name as before keeps
+    /// its state by the carry-over rule. Returns the new configuration.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an empty set or two policies of one name;
+    /// otherwise as [`RedisBackend::peek`].
+    pub async fn set_override(
+        &self,
+        key: &str,
+        policies: &[Policy],
+    ) -> Result<KeyConfig, BackendError> {
+        turnstile_core::validate_policy_set(policies)
+            .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
+        self.configure(key, &["set", "o", &encode_override(policies)])
+            .await
+    }
+
+    /// Removes `key`'s override. Returns the new configuration.
+    ///
+    /// # Errors
+    /// As [`RedisBackend::config`].
+    pub async fn remove_override(&self, key: &str) -> Result<KeyConfig, BackendError> {
+        self.configure(key, &["set", "o", ""]).await
+    }
+
+    /// Maps `key` to tier `tier` (`None`: no tier). Returns the new configuration.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an invalid tier name; otherwise as
+    /// [`RedisBackend::config`].
+    pub async fn set_tier(&self, key: &str, tier: Option<&str>) -> Result<KeyConfig, BackendError> {
+        if let Some(t) = tier {
+            turnstile_core::validate_tier_name(t)
+                .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
         }
-        let reply: Vec<i64> = match &inner.pool {
-            Pool::Single(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                inv.invoke_async(&mut conn).await.map_err(redis_error)?
-            }
-            Pool::Cluster(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                inv.invoke_async(&mut conn).await.map_err(redis_error)?
-            }
-        };
-        parse_reply(&reply, policies)
+        self.configure(key, &["set", "t", tier.unwrap_or("")]).await
     }
 
     /// Deletes every key under this backend's prefix (`SCAN` + `UNLINK`, single node only;
@@ -433,11 +601,11 @@ impl<C: Clock> RedisBackend<C> {
     async fn run(
         self,
         key: String,
-        policies: Vec<Policy>,
+        limits: Result<Limits, BackendError>,
         cost: u64,
         now_ms: Option<u64>,
     ) -> Result<Decision, BackendError> {
-        validate(&policies, now_ms)?;
+        let limits = limits?;
         let inner = &*self.inner;
         let local_now = inner.fallback.clock().now_ms();
         let down_until = inner.down_until_ms.load(Ordering::Relaxed);
@@ -446,22 +614,16 @@ impl<C: Clock> RedisBackend<C> {
                 "Redis failed recently; not retried until the retry interval passes".into(),
             )
         } else {
-            match tokio::time::timeout(
-                inner.timeout,
-                self.check_on_redis(&key, &policies, cost, now_ms),
-            )
-            .await
-            {
-                Ok(Ok((_, decision))) => {
+            let tiers = tier_list(&limits);
+            let call = self.call(&key, sets(&limits, &tiers), Op::Check, cost, now_ms);
+            match self.timed(call).await {
+                Ok((_, decision)) => {
                     if inner.incident.swap(false, Ordering::Relaxed) {
                         tracing::info!("Redis rate-limit backend recovered");
                     }
                     return Ok(decision);
                 }
-                Ok(Err(e)) => e,
-                Err(_) => BackendError::Timeout {
-                    after: inner.timeout,
-                },
+                Err(e) => e,
             }
         };
         // Only an unreachable or unresponsive Redis is left alone for a while; an error
@@ -485,35 +647,38 @@ impl<C: Clock> RedisBackend<C> {
             );
         }
         match inner.on_failure {
-            OnFailure::LocalFallback => match now_ms {
-                Some(t) => inner.fallback.decide_at(&key, &policies, cost, t),
-                None => inner.fallback.decide(&key, &policies, cost),
-            },
+            OnFailure::LocalFallback => {
+                let now = now_ms.unwrap_or_else(|| inner.fallback.clock().now_ms());
+                inner.fallback.decide_limits_at(&key, &limits, cost, now)
+            }
             OnFailure::ReturnError => Err(error),
         }
     }
 }
 
-fn validate(policies: &[Policy], now_ms: Option<u64>) -> Result<(), BackendError> {
-    if policies.is_empty() {
-        return Err(BackendError::InvalidRequest(
-            "a check needs at least one policy".into(),
-        ));
+/// The tiers of `limits` as the scripts take them.
+fn tier_list(limits: &Limits) -> Vec<(&str, &[Policy])> {
+    limits.tiers().collect()
+}
+
+fn sets<'a>(limits: &'a Limits, tiers: &'a [(&'a str, &'a [Policy])]) -> Sets<'a> {
+    Sets {
+        defaults: limits.defaults(),
+        tiers,
+        unconfigured: limits.unconfigured(),
     }
-    for (i, p) in policies.iter().enumerate() {
-        if policies[..i].iter().any(|q| q.name() == p.name()) {
-            return Err(BackendError::InvalidRequest(format!(
-                "two policies are named {:?}",
-                p.name()
-            )));
-        }
+}
+
+fn plain_sets(policies: &[Policy]) -> Sets<'_> {
+    Sets {
+        defaults: policies,
+        tiers: &[],
+        unconfigured: Unconfigured::Defaults,
     }
-    if now_ms.is_some_and(|t| t > MAX_EXACT) {
-        return Err(BackendError::InvalidRequest(
-            "the time must be at most 2^53 − 1 ms".into(),
-        ));
-    }
-    Ok(())
+}
+
+fn limits_of(policies: &[Policy]) -> Result<Limits, BackendError> {
+    Limits::new(policies.iter().cloned()).map_err(|e| BackendError::InvalidRequest(e.to_string()))
 }
 
 fn pool_error(e: deadpool_redis::PoolError) -> BackendError {
@@ -551,14 +716,27 @@ impl<C: Clock> Backend for RedisBackend<C> {
     fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Self::Future {
         Box::pin(
             self.clone()
-                .run(key.to_owned(), policies.to_vec(), cost, None),
+                .run(key.to_owned(), limits_of(policies), cost, None),
         )
     }
 
     fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future {
         Box::pin(
             self.clone()
-                .run(key.to_owned(), policies.to_vec(), cost, Some(now_ms)),
+                .run(key.to_owned(), limits_of(policies), cost, Some(now_ms)),
+        )
+    }
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        Box::pin(
+            self.clone()
+                .run(key.to_owned(), Ok(limits.clone()), cost, now_ms),
         )
     }
 }

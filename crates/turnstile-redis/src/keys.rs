@@ -52,10 +52,14 @@ pub(crate) fn state_key(prefix: &str, tag: &str, policy: &str) -> String {
     format!("{prefix}:{{{tag}}}:{policy}")
 }
 
-/// The sliding log's list key of one policy: `<prefix>:{<tag>}~log:<policy name>`. The `~`
-/// right after the tag keeps it apart from every state key, whatever the policy names.
-pub(crate) fn log_key(prefix: &str, tag: &str, policy: &str) -> String {
-    format!("{prefix}:{{{tag}}}~log:{policy}")
+/// The key of a client's configuration hash: `<prefix>:{<tag>}~cfg`.
+pub(crate) fn config_key(prefix: &str, tag: &str) -> String {
+    format!("{prefix}:{{{tag}}}~cfg")
+}
+
+/// The common start of a client's keys: `<prefix>:{<tag>}`.
+pub(crate) fn key_base(prefix: &str, tag: &str) -> String {
+    format!("{prefix}:{{{tag}}}")
 }
 
 #[cfg(test)]

@@ -39,4 +39,4 @@ pub use backend::{
 };
 pub use deadpool_redis::redis;
 pub use keys::KeyEncoding;
-pub use script::CHECK_SCRIPT;
+pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
