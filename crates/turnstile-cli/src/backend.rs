@@ -1,5 +1,6 @@
 //! The one place where a simulation's backend is chosen.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::ValueEnum;
@@ -70,12 +71,16 @@ impl SimBackend for RedisSim {
     }
 }
 
-/// A key prefix no other run uses: the time in ns and the process id.
+/// A key prefix no other run and no other backend of this run uses: the time in ns, the
+/// process id and a count of the backends this process opened (`--compare` opens one per
+/// candidate, possibly within one tick of the clock).
 fn fresh_prefix() -> String {
+    static OPENED: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("turnstile:sim:{nanos:x}{:x}", std::process::id())
+    let n = OPENED.fetch_add(1, Ordering::Relaxed);
+    format!("turnstile:sim:{nanos:x}{:x}-{n}", std::process::id())
 }
 
 /// Opens the backend `kind` names, fresh (no key has any state yet).

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
-use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
-use turnstile_core::{parse_duration, Algorithm, Policy};
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use turnstile_core::{parse_duration, Algorithm, Policy, MAX_PERIOD_MS};
 
+use crate::access_log::DEFAULT_REORDER_WINDOW_MS;
 use crate::backend::BackendKind;
+use crate::simulate::Candidate;
 
 /// Exact rate limiting: replay traffic against rate-limit policies.
 #[derive(Debug, Parser)]
@@ -22,16 +24,21 @@ pub(crate) struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Replay a JSON Lines trace of requests and print one decision per request.
+    /// Replay a trace of requests (JSON Lines or an access log) and print one decision per
+    /// request.
     ///
-    /// Each input line is {"t_ms": INT, "key": STRING, "cost": INT} (key defaults to "",
-    /// cost to 1; t_ms non-decreasing). Each output line is
+    /// With --format jsonl (the default) each input line is {"t_ms": INT, "key": STRING,
+    /// "cost": INT} (key defaults to "", cost to 1; t_ms non-decreasing). With --format nginx
+    /// the input is an nginx/Apache access log in the combined (or common) format: the key is
+    /// the client address, t_ms the timestamp in Unix ms, the cost 1; lines out of order by up
+    /// to --reorder-window are re-sorted. Each output line is
     /// {"t_ms":..,"key":..,"cost":..,"allowed":..,"remaining":..,"retry_after_ms":..,
     /// "reset_after_ms":..,"delay_ms":..}, durations rounded up to whole milliseconds and
-    /// retry_after_ms null when no wait can help. A malformed line stops the run with exit
-    /// code 1, naming the line; the decisions before it stay written.
+    /// retry_after_ms null when no wait can help; with --compare, a "policy" field ends each
+    /// line. A malformed line stops the run with exit code 1, naming the line; the decisions
+    /// before it stay written.
     #[command(group(
-        ArgGroup::new("policy-form").required(true).args(["algorithm", "policies"])
+        ArgGroup::new("policy-form").required(true).args(["algorithm", "policies", "compare"])
     ))]
     Simulate(SimulateArgs),
 }
@@ -45,7 +52,7 @@ pub(crate) struct SimulateArgs {
         value_name = "ALGORITHM",
         value_parser = algorithm_parser(),
         requires_all = ["limit", "period"],
-        conflicts_with = "policies",
+        conflicts_with_all = ["policies", "compare"],
     )]
     pub(crate) algorithm: Option<Algorithm>,
 
@@ -63,8 +70,36 @@ pub(crate) struct SimulateArgs {
 
     /// A policy string ALGORITHM:limit=L,period=DUR[,burst=B][,name=NAME]. Repeat it to
     /// check every request against several policies at once (all-or-nothing).
-    #[arg(long = "policy", value_name = "SPEC")]
+    #[arg(long = "policy", value_name = "SPEC", conflicts_with = "compare")]
     pub(crate) policies: Vec<Policy>,
+
+    /// Candidate policies (policy strings) to compare side by side: the trace is replayed
+    /// against each on its own fresh backend, each candidate deciding alone. The output has one
+    /// line per request per candidate (for each request, the candidates in the order given),
+    /// each ending in "policy":NAME; --summary has a column per candidate, --plot a panel.
+    #[arg(long, value_name = "SPEC", num_args = 1..)]
+    pub(crate) compare: Vec<Policy>,
+
+    /// The input's format: `jsonl` (the strict trace format) or `nginx` (an nginx/Apache
+    /// combined access log).
+    #[arg(long, value_enum, default_value_t = InputFormat::Jsonl)]
+    pub(crate) format: InputFormat,
+
+    /// With --format nginx: how far out of time order a line may be and still be re-sorted
+    /// (a duration; default 5s). A line earlier than the latest time read so far by more than
+    /// this is an error.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub(crate) reorder_window: Option<Duration>,
+
+    /// Also draw admitted and denied requests per time bucket into the SVG file FILE
+    /// (written at the end of a successful run).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
+
+    /// With --plot: the width of a time bucket (a duration such as 1s or 5m); chosen from the
+    /// trace's span when absent.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg, requires = "plot")]
+    pub(crate) bucket: Option<Duration>,
 
     /// Where rate-limit state is kept.
     #[arg(long, value_enum, default_value_t = BackendKind::Memory)]
@@ -86,11 +121,21 @@ pub(crate) struct SimulateArgs {
     pub(crate) summary: bool,
 }
 
+/// The input formats of `turnstile simulate` (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum InputFormat {
+    /// JSON Lines of {"t_ms": .., "key": .., "cost": ..}, t_ms non-decreasing.
+    Jsonl,
+    /// An nginx/Apache access log in the combined (or common) log format.
+    Nginx,
+}
+
 impl SimulateArgs {
-    /// The validated policies the arguments describe. On an invalid combination or policy,
-    /// prints clap's usage error and exits with code 2.
-    pub(crate) fn policies_or_exit(&self) -> Vec<Policy> {
-        self.policies().unwrap_or_else(|(kind, message)| {
+    /// The validated candidates the arguments describe: one unnamed candidate of every
+    /// `--policy` (or the `--algorithm` policy), or one named candidate per `--compare` spec.
+    /// On an invalid combination or policy, prints clap's usage error and exits with code 2.
+    pub(crate) fn candidates_or_exit(&self) -> Vec<Candidate> {
+        self.candidates().unwrap_or_else(|(kind, message)| {
             let mut cmd = Cli::command();
             cmd.build();
             match cmd.find_subcommand_mut("simulate") {
@@ -100,7 +145,70 @@ impl SimulateArgs {
         })
     }
 
-    /// The validated policies, or why the arguments describe none.
+    /// The reorder window of an access log in ms.
+    pub(crate) fn reorder_window_ms(&self) -> u64 {
+        self.reorder_window.map_or(DEFAULT_REORDER_WINDOW_MS, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+        })
+    }
+
+    /// The plot's bucket width in ms, when `--bucket` is given.
+    pub(crate) fn bucket_ms(&self) -> Option<u64> {
+        self.bucket
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The validated candidates, or why the arguments describe none.
+    fn candidates(&self) -> Result<Vec<Candidate>, (ErrorKind, String)> {
+        if self.reorder_window.is_some() && self.format != InputFormat::Nginx {
+            return Err((
+                ErrorKind::ArgumentConflict,
+                "--reorder-window applies to --format nginx only (a JSON Lines trace must be in \
+                 order)"
+                    .into(),
+            ));
+        }
+        if self
+            .bucket
+            .is_some_and(|b| b.is_zero() || b > Duration::from_millis(MAX_PERIOD_MS))
+        {
+            return Err((
+                ErrorKind::ValueValidation,
+                "--bucket must be from 1ms to 365d".into(),
+            ));
+        }
+        if !self.compare.is_empty() {
+            // Candidates are told apart by name in the output.
+            for (i, p) in self.compare.iter().enumerate() {
+                if self.compare[..i].iter().any(|q| q.name() == p.name()) {
+                    return Err((
+                        ErrorKind::ArgumentConflict,
+                        format!(
+                            "two --compare candidates are named {:?}; give each its own name \
+                             (,name=NAME)",
+                            p.name()
+                        ),
+                    ));
+                }
+            }
+            return Ok(self
+                .compare
+                .iter()
+                .map(|p| Candidate {
+                    name: Some(p.name().to_owned()),
+                    policies: vec![p.clone()],
+                })
+                .collect());
+        }
+        let policies = self.policies()?;
+        Ok(vec![Candidate {
+            name: None,
+            policies,
+        }])
+    }
+
+    /// The validated policies of `--policy` or `--algorithm`, or why the arguments describe
+    /// none.
     fn policies(&self) -> Result<Vec<Policy>, (ErrorKind, String)> {
         let Some(algorithm) = self.algorithm else {
             if self.policies.is_empty() {
@@ -162,6 +270,11 @@ fn parse_count(s: &str) -> Result<u64, String> {
     }
     s.parse()
         .map_err(|_| format!("{s} is too large (at most 4294967295)"))
+}
+
+/// A duration in the grammar of `SEMANTICS.md` (a reorder window, a bucket width).
+fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// A period in the duration grammar of `SEMANTICS.md`; its range is checked with the policy.

@@ -1,8 +1,12 @@
-//! The `turnstile` command: replay a JSON Lines trace of requests against rate-limit policies
-//! and print every decision (`turnstile simulate`), exactly as `SEMANTICS.md` defines them.
+//! The `turnstile` command: replay a trace of requests (JSON Lines or an nginx/Apache access
+//! log) against rate-limit policies and print every decision (`turnstile simulate`), exactly
+//! as `SEMANTICS.md` defines them; compare candidate policies side by side, summarise and
+//! plot.
 
+mod access_log;
 mod backend;
 mod cli;
+mod plot;
 mod simulate;
 mod summary;
 mod trace;
@@ -15,9 +19,9 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
         cli::Command::Simulate(args) => {
-            // Usage errors (exit 2, clap's format) end the process inside `policies()`.
-            let policies = args.policies_or_exit();
-            simulate::run(&args, &policies)
+            // Usage errors (exit 2, clap's format) end the process inside `candidates()`.
+            let candidates = args.candidates_or_exit();
+            simulate::run(&args, &candidates)
         }
     }
 }

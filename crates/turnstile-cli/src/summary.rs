@@ -1,4 +1,5 @@
-//! `turnstile simulate --summary`: a table per key and a total.
+//! `turnstile simulate --summary`: a table per key and a total (per candidate with
+//! `--compare`).
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -86,27 +87,52 @@ fn display_key(key: &str) -> String {
     }
 }
 
-/// Per-key counts of a simulation.
-#[derive(Debug, Default)]
+/// Per-key counts of a simulation, per candidate.
+#[derive(Debug)]
 pub(crate) struct Summary {
-    keys: BTreeMap<String, Counts>,
+    /// The candidates' names with `--compare`; one `None` without.
+    candidates: Vec<Option<String>>,
+    /// Per key, one count per candidate.
+    keys: BTreeMap<String, Vec<Counts>>,
 }
 
 impl Summary {
-    /// Counts one decided request.
-    pub(crate) fn record(&mut self, request: &Request, decision: &Decision) {
-        match self.keys.get_mut(&request.key) {
-            Some(counts) => counts.record(decision),
-            None => {
-                let mut counts = Counts::default();
-                counts.record(decision);
-                self.keys.insert(request.key.clone(), counts);
-            }
+    /// An empty summary of the candidates named `candidates` (`None` without `--compare`).
+    pub(crate) fn new(candidates: Vec<Option<String>>) -> Self {
+        Summary {
+            candidates,
+            keys: BTreeMap::new(),
         }
     }
 
-    /// Writes the table: a header, one row per key in key order, and a total row.
+    /// Counts one request as the candidate numbered `candidate` decided it.
+    pub(crate) fn record(&mut self, candidate: usize, request: &Request, decision: &Decision) {
+        let n = self.candidates.len();
+        let counts = match self.keys.get_mut(&request.key) {
+            Some(counts) => counts,
+            None => self
+                .keys
+                .entry(request.key.clone())
+                .or_insert_with(|| vec![Counts::default(); n]),
+        };
+        if let Some(counts) = counts.get_mut(candidate) {
+            counts.record(decision);
+        }
+    }
+
+    /// Writes the table: a header, one row per key in key order, and a total row. Without
+    /// `--compare` the columns are the counts of the one candidate; with it, the requests
+    /// and then one column per candidate, headed by its name, of requests denied (share).
     pub(crate) fn write(&self, out: &mut impl Write) -> io::Result<()> {
+        let names: Option<Vec<&str>> = self.candidates.iter().map(Option::as_deref).collect();
+        match names {
+            Some(names) => self.write_compare(out, &names),
+            None => self.write_single(out),
+        }
+    }
+
+    /// The table of one candidate.
+    fn write_single(&self, out: &mut impl Write) -> io::Result<()> {
         const HEADER: [&str; 7] = [
             "key",
             "requests",
@@ -117,42 +143,78 @@ impl Summary {
             "never",
         ];
         let mut total = Counts::default();
-        let mut rows: Vec<[String; 7]> = Vec::with_capacity(self.keys.len() + 2);
-        rows.push(HEADER.map(str::to_owned));
+        let mut rows: Vec<Vec<String>> = Vec::with_capacity(self.keys.len() + 2);
+        rows.push(HEADER.map(str::to_owned).to_vec());
         for (key, counts) in &self.keys {
-            total.merge(counts);
-            rows.push(row(display_key(key), counts));
+            let counts = counts.first().cloned().unwrap_or_default();
+            total.merge(&counts);
+            rows.push(row(display_key(key), &counts).to_vec());
         }
-        rows.push(row("TOTAL".to_owned(), &total));
-
-        let mut widths = [0; 7];
-        for r in &rows {
-            for (w, cell) in widths.iter_mut().zip(r) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        for (i, r) in rows.iter().enumerate() {
-            if i == rows.len() - 1 {
-                let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-                writeln!(out, "{}", rule.join("  "))?;
-            }
-            let mut line = String::new();
-            for (j, (cell, w)) in r.iter().zip(widths).enumerate() {
-                let pad = w - cell.chars().count();
-                if j == 0 {
-                    // The key column is left-aligned, numbers right-aligned.
-                    line.push_str(cell);
-                    line.push_str(&" ".repeat(pad));
-                } else {
-                    line.push_str("  ");
-                    line.push_str(&" ".repeat(pad));
-                    line.push_str(cell);
-                }
-            }
-            writeln!(out, "{}", line.trim_end())?;
-        }
-        Ok(())
+        rows.push(row("TOTAL".to_owned(), &total).to_vec());
+        write_table(out, &rows)
     }
+
+    /// The side-by-side table of `--compare`.
+    fn write_compare(&self, out: &mut impl Write, names: &[&str]) -> io::Result<()> {
+        let mut header = vec!["key".to_owned(), "requests".to_owned()];
+        header.extend(names.iter().map(|n| (*n).to_owned()));
+        let mut totals = vec![Counts::default(); names.len()];
+        let mut rows = vec![header];
+        let compare_row = |key: String, counts: &[Counts]| {
+            let mut r = vec![key, counts.first().map_or(0, |c| c.requests).to_string()];
+            r.extend(
+                counts
+                    .iter()
+                    .map(|c| format!("{} ({})", c.denied, percent(c.denied, c.requests))),
+            );
+            r
+        };
+        for (key, counts) in &self.keys {
+            for (t, c) in totals.iter_mut().zip(counts) {
+                t.merge(c);
+            }
+            rows.push(compare_row(display_key(key), counts));
+        }
+        rows.push(compare_row("TOTAL".to_owned(), &totals));
+        writeln!(
+            out,
+            "requests denied (share of the key's requests) by each candidate:"
+        )?;
+        write_table(out, &rows)
+    }
+}
+
+/// Writes `rows` aligned in columns, the first left-aligned and the others right-aligned,
+/// with a rule above the last row.
+fn write_table(out: &mut impl Write, rows: &[Vec<String>]) -> io::Result<()> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0; columns];
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if i + 1 == rows.len() {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            writeln!(out, "{}", rule.join("  "))?;
+        }
+        let mut line = String::new();
+        for (j, (cell, w)) in r.iter().zip(&widths).enumerate() {
+            let pad = w - cell.chars().count();
+            if j == 0 {
+                // The key column is left-aligned, numbers right-aligned.
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str("  ");
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
 }
 
 /// One table row: the key as shown, then its counts.

@@ -35,6 +35,13 @@ pub(crate) enum TraceError {
         /// What is wrong with it.
         problem: String,
     },
+    /// An access-log line is malformed, or out of order by more than the reorder window.
+    AccessLog {
+        /// The line's number, from 1.
+        line: u64,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl fmt::Display for TraceError {
@@ -43,6 +50,9 @@ impl fmt::Display for TraceError {
             TraceError::Io(e) => write!(f, "cannot read the trace: {e}"),
             TraceError::Malformed { line, problem } => {
                 write!(f, "malformed trace line {line}: {problem}")
+            }
+            TraceError::AccessLog { line, problem } => {
+                write!(f, "access-log line {line}: {problem}")
             }
         }
     }
