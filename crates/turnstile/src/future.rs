@@ -170,7 +170,19 @@ where
             Action::Delay { max_wait } => Instant::now().checked_add(max_wait),
             _ => None,
         };
-        let check = config.backend.check(&key, &rule.policies, cost);
+        let Some(limits) = &rule.limits else {
+            // Exempt rules never get here; stay correct if one does.
+            let fut = inner.call(req);
+            return Self::with_state(
+                config,
+                State::Calling {
+                    fut,
+                    decision: None,
+                },
+                grpc,
+            );
+        };
+        let check = config.backend.check_limits(&key, limits, cost, None);
         ResponseFuture {
             state: State::Checking {
                 check,
@@ -284,7 +296,6 @@ where
                         }
                         let denial = Denial {
                             decision: &decision,
-                            policies: &rule.policies,
                             protocol: if *this.grpc {
                                 Protocol::Grpc
                             } else {
@@ -296,7 +307,6 @@ where
                         headers::insert(
                             res.headers_mut(),
                             &rule.policy_header,
-                            &rule.policies,
                             &decision,
                             settings.legacy_headers,
                         );
@@ -333,7 +343,18 @@ where
                     ready!(sleep.poll(cx));
                     let (inner, req) = take_both(inner, req);
                     let rule = &settings.rules[*this.rule];
-                    let check = config.backend.check(this.key, &rule.policies, *this.cost);
+                    let Some(limits) = &rule.limits else {
+                        let (mut inner, req) = (inner, req);
+                        let fut = inner.call(req);
+                        this.state.set(State::Calling {
+                            fut,
+                            decision: None,
+                        });
+                        continue;
+                    };
+                    let check = config
+                        .backend
+                        .check_limits(this.key, limits, *this.cost, None);
                     this.state.set(State::Checking {
                         check,
                         inner: Some(inner),
@@ -362,7 +383,6 @@ where
                         headers::insert(
                             res.headers_mut(),
                             &rule.policy_header,
-                            &rule.policies,
                             &d,
                             settings.legacy_headers,
                         );

@@ -19,7 +19,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use http::HeaderValue;
-use turnstile_core::{Decision, Policy};
+use turnstile_core::{Applied, Decision, Policy};
 
 /// The `RateLimit-Policy` header field name (lower case, as HTTP/2 requires).
 pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
@@ -48,9 +48,9 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
 }
 
 /// The `RateLimit-Policy` value for `policies`, in order.
-pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
+pub(crate) fn policy_value<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> HeaderValue {
     let mut s = String::new();
-    for (i, p) in policies.iter().enumerate() {
+    for (i, p) in policies.into_iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
@@ -132,27 +132,29 @@ impl Write for StackBuf {
     }
 }
 
-/// Inserts `RateLimit-Policy` (`policy_header`), `RateLimit` and, if `legacy`, the
-/// `X-RateLimit-*` fields of the binding policy into `headers`, replacing any already there.
+/// Inserts `RateLimit-Policy`, `RateLimit` and, if `legacy`, the `X-RateLimit-*` fields of
+/// the binding policy into `headers`, replacing any already there. `policy_header` is the
+/// precomputed `RateLimit-Policy` of the default policies, used when they decided; a key's
+/// override or tier gets its own. A decision without policies (a key admitted without limit,
+/// or denied for having no configuration) gets no rate-limit fields.
 pub(crate) fn insert(
     headers: &mut http::HeaderMap,
     policy_header: &HeaderValue,
-    policies: &[Policy],
     decision: &Decision,
     legacy: bool,
 ) {
-    headers.insert(RATELIMIT_POLICY, policy_header.clone());
+    if decision.policies().is_empty() {
+        return;
+    }
+    let policy = match decision.applied() {
+        Applied::Defaults => policy_header.clone(),
+        _ => policy_value(decision.policies().iter().map(|p| p.policy())),
+    };
+    headers.insert(RATELIMIT_POLICY, policy);
     headers.insert(RATELIMIT, ratelimit_value(decision));
     if legacy {
-        let binding = decision.binding().and_then(|b| {
-            let i = decision
-                .policies()
-                .iter()
-                .position(|p| std::ptr::eq(p, b))?;
-            Some((b, policies.get(i)?))
-        });
-        if let Some((b, p)) = binding {
-            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(p.limit()));
+        if let Some(b) = decision.binding() {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(b.policy().limit()));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(b.remaining()));
             headers.insert(
                 X_RATELIMIT_RESET,

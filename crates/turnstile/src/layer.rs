@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
-use turnstile_core::{Algorithm, BackendError, MemoryBackend, Policy};
+use turnstile_core::{
+    Algorithm, BackendError, Limits, LimitsError, MemoryBackend, Policy, Unconfigured,
+};
 
 use crate::headers::policy_value;
 use crate::key::{KeyError, KeyExtractor, MissingKey, PeerIp, RequestRef};
@@ -85,6 +87,9 @@ pub enum ConfigError {
     /// The name derived for a rule's policy (`<rule label> <parameters>`) is not a valid
     /// policy name (too long, or holds `"` or `\`); name the rule or the policy.
     InvalidPolicyName(String),
+    /// A tier was invalid: a bad or repeated tier name, no policies, or two of its policies
+    /// share a name.
+    Tier(LimitsError),
     /// With [`Action::Delay`], a leaky-bucket policy could ask a request to wait longer than
     /// `max_wait`: (B − 1)·T exceeds it.
     DelayExceedsMaxWait {
@@ -104,6 +109,7 @@ impl fmt::Display for ConfigError {
             ConfigError::RuleWithoutPolicies(r) => {
                 write!(f, "rule {r:?} has no policy and is not exempt")
             }
+            ConfigError::Tier(e) => write!(f, "invalid tier: {e}"),
             ConfigError::ExemptRuleWithPolicies(r) => {
                 write!(f, "rule {r:?} is exempt but also has policies")
             }
@@ -325,6 +331,8 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
             headers_on_allowed: true,
             legacy_headers: false,
             response: None,
+            tiers: Vec::new(),
+            unconfigured: Unconfigured::Defaults,
         }
     }
 }
@@ -463,6 +471,8 @@ pub struct RateLimitLayerBuilder<B = MemoryBackend, K = PeerIp> {
     headers_on_allowed: bool,
     legacy_headers: bool,
     response: Option<DenialFn>,
+    tiers: Vec<(String, Vec<Policy>)>,
+    unconfigured: Unconfigured,
 }
 
 impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<B, K> {
@@ -493,6 +503,8 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             headers_on_allowed: self.headers_on_allowed,
             legacy_headers: self.legacy_headers,
             response: self.response,
+            tiers: self.tiers,
+            unconfigured: self.unconfigured,
         }
     }
 
@@ -511,6 +523,8 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             headers_on_allowed: self.headers_on_allowed,
             legacy_headers: self.legacy_headers,
             response: self.response,
+            tiers: self.tiers,
+            unconfigured: self.unconfigured,
         }
     }
 
@@ -602,6 +616,28 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Defines the tier `name`: a key the backend maps to it (see the backends'
+    /// `set_tier`) is checked against these `policies` instead of the rule's. A key's own
+    /// override, stored in the backend, beats its tier.
+    pub fn tier(
+        mut self,
+        name: impl Into<String>,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> Self {
+        self.tiers
+            .push((name.into(), policies.into_iter().collect()));
+        self
+    }
+
+    /// What to do with a key that has neither an override nor a tier this layer defines
+    /// (default [`Unconfigured::Defaults`]: check the rule's policies). With
+    /// [`Unconfigured::Deny`] such requests get a denial no wait can help; with
+    /// [`Unconfigured::Allow`] they pass without limit (and without rate-limit headers).
+    pub fn when_unconfigured(mut self, unconfigured: Unconfigured) -> Self {
+        self.unconfigured = unconfigured;
+        self
+    }
+
     /// Checks the configuration and builds the layer.
     ///
     /// # Errors
@@ -634,6 +670,25 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             }
         }
         check_action(&rules, self.action)?;
+        for (name, policies) in &self.tiers {
+            check_action_policies(policies, self.action)?;
+            turnstile_core::validate_policy_set(policies).map_err(ConfigError::Tier)?;
+            turnstile_core::validate_tier_name(name).map_err(ConfigError::Tier)?;
+        }
+        for rule in &mut rules {
+            if rule.policies.is_empty() {
+                continue;
+            }
+            let mut limits = Limits::new(rule.policies.iter().cloned())
+                .map_err(|_| ConfigError::DuplicatePolicyName(rule.rule.label()))?
+                .when_unconfigured(self.unconfigured);
+            for (name, policies) in &self.tiers {
+                limits = limits
+                    .with_tier(name, policies.iter().cloned())
+                    .map_err(ConfigError::Tier)?;
+            }
+            rule.limits = Some(limits);
+        }
         Ok(RateLimitLayer {
             config: Arc::new(Config {
                 backend: self.backend,
@@ -693,7 +748,8 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, ConfigError> 
         .unwrap_or(Duration::ZERO);
     let policies: Arc<[Policy]> = policies.into();
     Ok(CompiledRule {
-        policy_header: policy_value(&policies),
+        policy_header: policy_value(policies.iter()),
+        limits: None,
         policies,
         rule,
         max_leaky_delay,
@@ -709,18 +765,23 @@ fn max_leaky_delay(p: &Policy) -> Duration {
 }
 
 fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), ConfigError> {
+    for r in rules {
+        check_action_policies(&r.policies, action)?;
+    }
+    Ok(())
+}
+
+fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), ConfigError> {
     if let Action::Delay { max_wait } = action {
-        for r in rules {
-            for p in r.policies.iter() {
-                if p.algorithm() == Algorithm::LeakyBucket {
-                    let max_delay = max_leaky_delay(p);
-                    if max_delay > max_wait {
-                        return Err(ConfigError::DelayExceedsMaxWait {
-                            policy: p.name().to_owned(),
-                            max_delay,
-                            max_wait,
-                        });
-                    }
+        for p in policies {
+            if p.algorithm() == Algorithm::LeakyBucket {
+                let max_delay = max_leaky_delay(p);
+                if max_delay > max_wait {
+                    return Err(ConfigError::DelayExceedsMaxWait {
+                        policy: p.name().to_owned(),
+                        max_delay,
+                        max_wait,
+                    });
                 }
             }
         }

@@ -62,6 +62,7 @@ pub use rule::Rule;
 pub use service::RateLimit;
 
 pub use turnstile_core::{
-    self as core, Algorithm, Backend, BackendError, Clock, Decision, InvalidPolicy, ManualClock,
-    MemoryBackend, Policy, PolicyDecision, SystemClock,
+    self as core, Algorithm, Applied, Backend, BackendError, Clock, Decision, InvalidPolicy,
+    KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, SystemClock,
+    Unconfigured,
 };

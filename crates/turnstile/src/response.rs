@@ -34,7 +34,6 @@ pub enum Protocol {
 #[derive(Debug)]
 pub struct Denial<'a> {
     pub(crate) decision: &'a Decision,
-    pub(crate) policies: &'a [Policy],
     pub(crate) protocol: Protocol,
     pub(crate) cost: u64,
 }
@@ -45,9 +44,11 @@ impl<'a> Denial<'a> {
         self.decision
     }
 
-    /// The policies that were checked, in order (their names match the decision's).
-    pub fn policies(&self) -> &'a [Policy] {
-        self.policies
+    /// The policies that were checked, in order: the rule's, or the key's own override or
+    /// tier (see [`Decision::applied`]). Empty when the key was denied for having no
+    /// configuration.
+    pub fn policies(&self) -> impl Iterator<Item = &'a Policy> {
+        self.decision.policies().iter().map(|p| p.policy())
     }
 
     /// The request's protocol.

@@ -230,6 +230,8 @@ fn under(path: &str, prefix: &str) -> bool {
 pub(crate) struct CompiledRule {
     pub(crate) rule: Rule,
     pub(crate) policies: Arc<[Policy]>,
+    /// The rule's policies with the layer's tiers; `None` for an exempt rule.
+    pub(crate) limits: Option<turnstile_core::Limits>,
     pub(crate) policy_header: HeaderValue,
     /// The longest delay a leaky-bucket policy of this rule can ask for, (B − 1)·T, rounded
     /// up to whole nanoseconds; zero without a leaky bucket.
