@@ -58,7 +58,8 @@ enum Failure {
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
-    s.parse().map_err(|e: turnstile::InvalidPolicy| e.to_string())
+    s.parse()
+        .map_err(|e: turnstile::InvalidPolicy| e.to_string())
 }
 
 fn parse_period(s: &str) -> Result<Duration, String> {
@@ -95,8 +96,7 @@ impl KeyExtractor for KeySource {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let args = Args::parse();

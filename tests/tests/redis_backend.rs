@@ -279,6 +279,66 @@ fn four_processes_of_fifty_tasks_admit_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_set_while_four_processes_hammer_a_key_applies_to_every_next_request() {
+    let redis = TestRedis::get();
+    let pre = prefix("override-flood");
+    // Generous at first: everything is admitted.
+    let spec = "fixed-window:limit=1000000,period=1h,name=flood";
+    let procs: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_hammer"))
+                .args([redis.url(), &pre, "one-key", spec, "8", "0", "10000"])
+                .env("HAMMER_FOR_MS", "1500")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // An operator lowers this key's quota to 1 per hour (the count so far carries over, so
+    // nothing more fits).
+    let admin = RedisBackend::builder(redis.url())
+        .prefix(pre.as_str())
+        .build()
+        .unwrap();
+    admin
+        .set_override("one-key", &[p("fixed-window:limit=1,period=1h,name=flood")])
+        .await
+        .unwrap();
+    let set_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let (mut before, mut after, mut admitted_after) = (0, 0, 0);
+    for child in procs {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains("errors=0"),
+            "{}",
+            text.lines().last().unwrap_or("")
+        );
+        for line in text.lines().filter(|l| l.starts_with("decision ")) {
+            let mut f = line.split(' ').skip(1);
+            let sent: u128 = f.next().unwrap().parse().unwrap();
+            let allowed = f.next() == Some("1");
+            if sent > set_at {
+                after += 1;
+                admitted_after += u32::from(allowed);
+            } else {
+                before += 1;
+            }
+        }
+    }
+    assert!(before > 0 && after > 0, "{before} before, {after} after");
+    assert_eq!(
+        admitted_after, 0,
+        "{admitted_after} of {after} requests sent after the override were admitted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
     let cluster = RedisCluster::start(3);
     let policies = [
@@ -310,6 +370,21 @@ async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
         // Production time (the server's TIME) works on the cluster too.
         let d = on_cluster.check("now-key", &policies, 1).await.unwrap();
         assert!(d.allowed());
+        // So do overrides: the configuration and the override's own keys share the slot.
+        on_cluster
+            .set_override("}{", &[p("sliding-log:limit=1,period=1h,name=own")])
+            .await
+            .unwrap();
+        let d = on_cluster.check("}{", &policies, 1).await.unwrap();
+        assert_eq!(
+            (d.applied(), d.remaining()),
+            (&turnstile_core::Applied::Override, 0)
+        );
+        assert!(!on_cluster
+            .check("}{", &policies, 1)
+            .await
+            .unwrap()
+            .allowed());
     }
 }
 

@@ -41,6 +41,15 @@ pub(crate) enum Command {
         ArgGroup::new("policy-form").required(true).args(["algorithm", "policies", "compare"])
     ))]
     Simulate(SimulateArgs),
+
+    /// Live quotas on Redis: peek at, reset or refund a client key's quota, and set, show or
+    /// remove its override (its own policies) or its tier. Answers one JSON object.
+    ///
+    /// KEY is the client key exactly as the service's key extractor produces it: the
+    /// canonical IP (`192.0.2.1`; IPv6 grouped by network, `2001:db8:1:2::/64`), a header's
+    /// value with bytes outside printable ASCII and `%` percent-encoded, etc.; --prefix and
+    /// --plain-keys must match the service's Redis backend.
+    Quota(crate::quota::QuotaArgs),
 }
 
 /// The arguments of `turnstile simulate`.

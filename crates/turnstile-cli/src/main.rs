@@ -1,12 +1,13 @@
 //! The `turnstile` command: replay a trace of requests (JSON Lines or an nginx/Apache access
 //! log) against rate-limit policies and print every decision (`turnstile simulate`), exactly
 //! as `SEMANTICS.md` defines them; compare candidate policies side by side, summarise and
-//! plot.
+//! plot; and manage live quotas on Redis (`turnstile quota`).
 
 mod access_log;
 mod backend;
 mod cli;
 mod plot;
+mod quota;
 mod simulate;
 mod summary;
 mod trace;
@@ -23,5 +24,6 @@ fn main() -> ExitCode {
             let candidates = args.candidates_or_exit();
             simulate::run(&args, &candidates)
         }
+        cli::Command::Quota(args) => quota::run(args),
     }
 }

@@ -4,6 +4,10 @@
 //!
 //! Used by the concurrency tests, which start several of these processes at once. Errors are
 //! returned, not absorbed by a local fallback, so the test can assert there were none.
+//!
+//! With `HAMMER_FOR_MS=n` each task keeps going for n ms instead of a count, and every
+//! decision is printed as `decision START_NS ALLOWED` (the wall-clock time the request was
+//! sent, in ns since the epoch, and 1 or 0) before the totals.
 
 use std::time::Duration;
 
@@ -38,6 +42,11 @@ async fn main() {
             eprintln!("hammer: {e}");
             std::process::exit(2)
         });
+    let run_for = std::env::var("HAMMER_FOR_MS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    let started = std::time::Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|_| {
             let backend = backend.clone();
@@ -45,8 +54,23 @@ async fn main() {
             let key = key.clone();
             tokio::spawn(async move {
                 let (mut admitted, mut denied, mut errors) = (0u64, 0u64, 0u64);
-                for _ in 0..per_task {
-                    match backend.check(&key, std::slice::from_ref(&policy), 1).await {
+                let mut i = 0;
+                loop {
+                    match run_for {
+                        Some(d) if started.elapsed() >= d => break,
+                        None if i >= per_task => break,
+                        _ => i += 1,
+                    }
+                    let sent = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos());
+                    let result = backend.check(&key, std::slice::from_ref(&policy), 1).await;
+                    if run_for.is_some() {
+                        if let Ok(d) = &result {
+                            println!("decision {sent} {}", u8::from(d.allowed()));
+                        }
+                    }
+                    match result {
                         Ok(d) if d.allowed() => admitted += 1,
                         Ok(_) => denied += 1,
                         Err(e) => {
