@@ -16,11 +16,14 @@ fn prefix(test: &str) -> String {
     format!("turnstile:test:{test}:{}", std::process::id())
 }
 
+/// A backend that reports every Redis error and asks Redis every time (no deny cache: these
+/// tests compare every field of every decision with the in-memory backend).
 fn backend(url: &str, test: &str) -> RedisBackend {
     RedisBackend::builder(url)
         .prefix(prefix(test))
         .timeout(Duration::from_secs(5))
         .on_failure(OnFailure::ReturnError)
+        .deny_cache(None)
         .build()
         .unwrap()
 }
@@ -241,6 +244,132 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
     on_redis.delete_prefix().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deny_cache_answers_exactly_as_redis_would() {
+    // Random traces (several keys, costs, policies) through a backend with the deny cache and
+    // one without, at explicit times: identical `allowed`, and a retry never shorter than the
+    // true one (here, at explicit times, equal to it); refunds through the cached backend
+    // reach its cache at once.
+    let redis = TestRedis::get();
+    let sets: Vec<Vec<Policy>> = vec![
+        vec![p("token-bucket:limit=3,period=1s,burst=5,name=a")],
+        vec![p("gcra:limit=2,period=700ms,name=a")],
+        vec![p("fixed-window:limit=4,period=700ms,name=a")],
+        vec![p("sliding-log:limit=5,period=1s,name=a")],
+        vec![p("sliding-window:limit=6,period=900ms,name=a")],
+        vec![
+            p("token-bucket:limit=5,period=1s,name=fast"),
+            p("sliding-window:limit=12,period=10s,name=slow"),
+        ],
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for (k, policies) in sets.iter().enumerate() {
+        let limits = Limits::new(policies.clone()).unwrap();
+        let cached = RedisBackend::builder(redis.url())
+            .prefix(prefix(&format!("dc-on-{k}")))
+            .timeout(Duration::from_secs(5))
+            .on_failure(OnFailure::ReturnError)
+            .deny_cache(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let plain = RedisBackend::builder(redis.url())
+            .prefix(prefix(&format!("dc-off-{k}")))
+            .timeout(Duration::from_secs(5))
+            .on_failure(OnFailure::ReturnError)
+            .deny_cache(None)
+            .build()
+            .unwrap();
+        let mut t = 1_700_000_000_000u64;
+        for i in 0..600 {
+            t += [0, 0, 1, 7, 50, 333, 1000][next(7) as usize];
+            let key = ["x", "y"][next(2) as usize];
+            let cost = [1, 1, 1, 2, 3, 0][next(6) as usize];
+            if next(40) == 0 {
+                let a = cached.refund_at(key, &limits, 1, t).await.unwrap();
+                let b = plain.refund_at(key, &limits, 1, t).await.unwrap();
+                assert_eq!(a.remaining(), b.remaining(), "set {k} refund {i}");
+                continue;
+            }
+            let a = cached
+                .check_limits(key, &limits, cost, Some(t))
+                .await
+                .unwrap();
+            let b = plain
+                .check_limits(key, &limits, cost, Some(t))
+                .await
+                .unwrap();
+            assert_eq!(
+                a.allowed(),
+                b.allowed(),
+                "set {k} request {i} t={t} {key} cost {cost}"
+            );
+            if !a.allowed() {
+                assert_eq!(
+                    a.retry_after(),
+                    b.retry_after(),
+                    "set {k} request {i}: {a:?} vs {b:?}"
+                );
+            }
+        }
+        assert!(
+            cached.stats().deny_cache_hits > 0,
+            "set {k}: the cache was never used"
+        );
+        cached.delete_prefix().await.unwrap();
+        plain.delete_prefix().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deny_cache_cuts_redis_calls_in_a_flood_by_ten_times_or_more() {
+    let redis = TestRedis::get();
+    let pol = [p("gcra:limit=5,period=1h,name=flood")];
+    let mut calls = Vec::new();
+    for cache in [None, Some(Duration::from_secs(1))] {
+        let b = RedisBackend::builder(redis.url())
+            .prefix(prefix(&format!("flood-{}", cache.is_some())))
+            .timeout(Duration::from_secs(5))
+            .on_failure(OnFailure::ReturnError)
+            .deny_cache(cache)
+            .build()
+            .unwrap();
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let b = b.clone();
+                let pol = pol.clone();
+                tokio::spawn(async move {
+                    let mut admitted = 0;
+                    for _ in 0..50 {
+                        if b.check("flooder", &pol, 1).await.unwrap().allowed() {
+                            admitted += 1;
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        assert_eq!(admitted, 5, "exactly the limit, cache {cache:?}");
+        calls.push(b.stats().redis_calls);
+        b.delete_prefix().await.unwrap();
+    }
+    eprintln!(
+        "Redis calls for 3200 decisions: {} without the cache, {} with",
+        calls[0], calls[1]
+    );
+    assert_eq!(calls[0], 3200);
+    assert!(calls[1] * 10 <= calls[0], "{calls:?}");
+}
+
 #[test]
 fn four_processes_of_fifty_tasks_admit_exactly_the_limit() {
     let redis = TestRedis::get();
@@ -420,12 +549,14 @@ async fn redis_killed_mid_run_follows_each_failure_policy_within_the_timeout() {
         "{err}"
     );
 
+    // A denial Redis gave a moment ago still holds (the deny cache answers without Redis).
+    assert!(!local.check("k", &pol, 1).await.unwrap().allowed());
     // The local fallback decides with the same policies, on this node's state alone.
     let start = Instant::now();
     let fallback: Vec<bool> = [
-        local.check("k", &pol, 1).await.unwrap(),
-        local.check("k", &pol, 1).await.unwrap(),
-        local.check("k", &pol, 1).await.unwrap(),
+        local.check("k2", &pol, 1).await.unwrap(),
+        local.check("k2", &pol, 1).await.unwrap(),
+        local.check("k2", &pol, 1).await.unwrap(),
     ]
     .iter()
     .map(Decision::allowed)

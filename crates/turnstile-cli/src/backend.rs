@@ -101,6 +101,8 @@ pub(crate) fn open(kind: BackendKind, redis_url: &str) -> Result<Box<dyn SimBack
                 .prefix(fresh_prefix())
                 .timeout(Duration::from_secs(10))
                 .on_failure(OnFailure::ReturnError)
+                // Exact output: every request asks Redis.
+                .deny_cache(None)
                 .build()
                 .map_err(|e| e.to_string())?;
             Ok(Box::new(RedisSim { runtime, backend }))

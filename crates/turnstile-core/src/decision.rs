@@ -183,6 +183,43 @@ impl Decision {
         self
     }
 
+    /// The same decision seen `elapsed` later with nothing else happening: every
+    /// `retry_after`, `reset_after` and `delay` shortened by `elapsed` (not below zero; a
+    /// denial's `retry_after` stays positive, at least 1 ns). `remaining` is kept as it was:
+    /// a lower bound. For caches of decisions.
+    pub fn elapsed_by(&self, elapsed: Duration) -> Decision {
+        let less = |d: Duration| d.saturating_sub(elapsed);
+        let retry = |allowed: bool, r: Option<Duration>| {
+            r.map(|d| {
+                if allowed {
+                    Duration::ZERO
+                } else {
+                    less(d).max(Duration::from_nanos(1))
+                }
+            })
+        };
+        Decision {
+            allowed: self.allowed,
+            retry_after: retry(self.allowed, self.retry_after),
+            delay: less(self.delay),
+            binding: self.binding,
+            policies: self
+                .policies
+                .iter()
+                .map(|p| PolicyDecision {
+                    policy: p.policy.clone(),
+                    allowed: p.allowed,
+                    remaining: p.remaining,
+                    retry_after: retry(p.allowed, p.retry_after),
+                    reset_after: less(p.reset_after),
+                    delay: less(p.delay),
+                })
+                .collect(),
+            applied: self.applied.clone(),
+            version: self.version,
+        }
+    }
+
     /// Which configuration decided: the default policies, the key's override, its tier, or
     /// (for a key without configuration) a blanket deny or allow.
     pub fn applied(&self) -> &Applied {

@@ -14,6 +14,7 @@ use turnstile_core::{
     Unconfigured, MAX_EXACT,
 };
 
+use crate::deny_cache::{limits_fingerprint, DenyCache, DEFAULT_DENY_CACHE_MAX};
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
 use crate::script::{
     check_args, check_script, config_script, encode_override, parse_config, parse_reply, Op, Sets,
@@ -148,6 +149,29 @@ struct Inner<C> {
     /// Local time (ms) before which Redis is not tried again after a failure.
     down_until_ms: AtomicU64,
     incident: AtomicBool,
+    deny_cache: Option<DenyCache>,
+    /// The monotonic time base of the deny cache for checks at the backend's own time.
+    epoch: std::time::Instant,
+    stats: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    redis_calls: AtomicU64,
+    deny_cache_hits: AtomicU64,
+    fallback_decisions: AtomicU64,
+}
+
+/// What a [`RedisBackend`] has done since it was built (all clones together).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Check-script calls sent to Redis (checks, refunds, resets).
+    pub redis_calls: u64,
+    /// Checks answered by the local deny cache without asking Redis.
+    pub deny_cache_hits: u64,
+    /// Checks decided by the local fallback because Redis failed.
+    pub fallback_decisions: u64,
 }
 
 /// Configures a [`RedisBackend`].
@@ -164,6 +188,7 @@ pub struct RedisBackendBuilder<C = SystemClock> {
     pool_size: Option<usize>,
     clock: C,
     fallback_max_keys: Option<usize>,
+    deny_cache: Option<Duration>,
 }
 
 impl RedisBackend<SystemClock> {
@@ -182,6 +207,7 @@ impl RedisBackend<SystemClock> {
             pool_size: None,
             clock: SystemClock,
             fallback_max_keys: Some(1_000_000),
+            deny_cache: Some(DEFAULT_DENY_CACHE_MAX),
         }
     }
 }
@@ -251,7 +277,19 @@ impl<C> RedisBackendBuilder<C> {
             pool_size: self.pool_size,
             clock,
             fallback_max_keys: self.fallback_max_keys,
+            deny_cache: self.deny_cache,
         }
+    }
+
+    /// The local deny cache (on by default): a denial Redis gave is repeated locally for the
+    /// same request (key, policies, cost), without asking Redis, until it could end —
+    /// timed from the request's send, so it never denies what Redis would admit — but never
+    /// longer than `max` (default [`DEFAULT_DENY_CACHE_MAX`], 1 s), the bound on how late a
+    /// refund, reset or raised quota made through **another** node reaches this one (through
+    /// this backend it applies at once). `None` turns the cache off.
+    pub fn deny_cache(mut self, max: impl Into<Option<Duration>>) -> Self {
+        self.deny_cache = max.into();
+        self
     }
 
     /// Builds the backend. No connection is made yet: the first check connects, so a
@@ -290,12 +328,20 @@ impl<C> RedisBackendBuilder<C> {
                     .map_err(|e| ConfigError::Url(e.to_string()))?,
             )
         } else {
-            let mut cfg = deadpool_redis::Config::from_url(urls[0].clone());
+            // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
+            // would cut in first on a loaded machine and fail calls we are willing to wait for.
+            let connection = redis::AsyncConnectionConfig::new()
+                .set_response_timeout(None)
+                .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))));
+            let manager = deadpool_redis::Manager::new_with_config(urls[0].as_str(), connection)
+                .map_err(|e| ConfigError::Url(e.to_string()))?;
+            let mut builder = deadpool_redis::Pool::builder(manager).runtime(Runtime::Tokio1);
             if let Some(n) = self.pool_size {
-                cfg.pool = Some(deadpool_redis::PoolConfig::new(n));
+                builder = builder.max_size(n);
             }
             Pool::Single(
-                cfg.create_pool(Some(Runtime::Tokio1))
+                builder
+                    .build()
                     .map_err(|e| ConfigError::Url(e.to_string()))?,
             )
         };
@@ -315,6 +361,9 @@ impl<C> RedisBackendBuilder<C> {
                     .build(),
                 down_until_ms: AtomicU64::new(0),
                 incident: AtomicBool::new(false),
+                deny_cache: self.deny_cache.map(DenyCache::new),
+                epoch: std::time::Instant::now(),
+                stats: Counters::default(),
             }),
         })
     }
@@ -373,6 +422,7 @@ impl<C: Clock> RedisBackend<C> {
             now_ms,
             min_ttl,
         );
+        self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
         let reply: Vec<redis::Value> = self.invoke(&inv).await?;
         parse_reply(&reply, sets)
     }
@@ -453,6 +503,7 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<Decision, BackendError> {
         let tiers = tier_list(limits);
         let fut = self.call(key, sets(limits, &tiers), Op::Refund, cost, None);
+        self.forget_denials(key);
         Ok(self.timed(fut).await?.1)
     }
 
@@ -469,6 +520,7 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<Decision, BackendError> {
         let tiers = tier_list(limits);
         let fut = self.call(key, sets(limits, &tiers), Op::Refund, cost, Some(now_ms));
+        self.forget_denials(key);
         Ok(self.timed(fut).await?.1)
     }
 
@@ -480,6 +532,7 @@ impl<C: Clock> RedisBackend<C> {
     pub async fn reset(&self, key: &str, limits: &Limits) -> Result<Decision, BackendError> {
         let tiers = tier_list(limits);
         let fut = self.call(key, sets(limits, &tiers), Op::Reset, 0, None);
+        self.forget_denials(key);
         Ok(self.timed(fut).await?.1)
     }
 
@@ -496,6 +549,7 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<Decision, BackendError> {
         let tiers = tier_list(limits);
         let fut = self.call(key, sets(limits, &tiers), Op::Reset, 0, Some(now_ms));
+        self.forget_denials(key);
         Ok(self.timed(fut).await?.1)
     }
 
@@ -508,7 +562,36 @@ impl<C: Clock> RedisBackend<C> {
             inv.arg(*a);
         }
         let reply: Vec<redis::Value> = self.timed(self.invoke(&inv)).await?;
+        if args.first() == Some(&"set") {
+            self.forget_denials(key);
+        }
         parse_config(&reply, key)
+    }
+
+    /// Forgets this node's cached denials of `key`.
+    fn forget_denials(&self, key: &str) {
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.invalidate(key);
+        }
+    }
+
+    /// What this backend has done since it was built: Redis calls, deny-cache hits, local
+    /// fallback decisions.
+    pub fn stats(&self) -> RedisStats {
+        let s = &self.inner.stats;
+        RedisStats {
+            redis_calls: s.redis_calls.load(Ordering::Relaxed),
+            deny_cache_hits: s.deny_cache_hits.load(Ordering::Relaxed),
+            fallback_decisions: s.fallback_decisions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The deny cache's time in ns: the explicit time of a simulation, else monotonic time.
+    fn cache_now_ns(&self, now_ms: Option<u64>) -> u128 {
+        match now_ms {
+            Some(t) => u128::from(t) * 1_000_000,
+            None => self.inner.epoch.elapsed().as_nanos(),
+        }
     }
 
     /// The stored configuration of `key`: its override, its tier, its version.
@@ -609,6 +692,18 @@ impl<C: Clock> RedisBackend<C> {
         let inner = &*self.inner;
         let local_now = inner.fallback.clock().now_ms();
         let down_until = inner.down_until_ms.load(Ordering::Relaxed);
+        let cached = inner
+            .deny_cache
+            .as_ref()
+            .filter(|_| cost > 0)
+            .map(|cache| (cache, limits_fingerprint(&limits, now_ms.is_some())));
+        let sent_ns = self.cache_now_ns(now_ms);
+        if let Some((cache, fp)) = cached {
+            if let Some(decision) = cache.lookup(&key, fp, cost, sent_ns) {
+                inner.stats.deny_cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(decision);
+            }
+        }
         let error = if local_now < down_until {
             BackendError::Connection(
                 "Redis failed recently; not retried until the retry interval passes".into(),
@@ -620,6 +715,15 @@ impl<C: Clock> RedisBackend<C> {
                 Ok((_, decision)) => {
                     if inner.incident.swap(false, Ordering::Relaxed) {
                         tracing::info!("Redis rate-limit backend recovered");
+                    }
+                    if let Some((cache, fp)) = cached {
+                        if decision.allowed() {
+                            // This node consumed: its cached waits for the key grew.
+                            cache.invalidate(&key);
+                        } else {
+                            let reply_ns = self.cache_now_ns(now_ms);
+                            cache.insert(&key, fp, cost, sent_ns, reply_ns, &decision);
+                        }
                     }
                     return Ok(decision);
                 }
@@ -648,6 +752,10 @@ impl<C: Clock> RedisBackend<C> {
         }
         match inner.on_failure {
             OnFailure::LocalFallback => {
+                inner
+                    .stats
+                    .fallback_decisions
+                    .fetch_add(1, Ordering::Relaxed);
                 let now = now_ms.unwrap_or_else(|| inner.fallback.clock().now_ms());
                 inner.fallback.decide_limits_at(&key, &limits, cost, now)
             }

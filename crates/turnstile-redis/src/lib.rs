@@ -30,13 +30,15 @@
 //! [turnstile]: https://docs.rs/turnstile
 
 mod backend;
+mod deny_cache;
 mod keys;
 mod script;
 
 pub use backend::{
-    CheckFuture, ConfigError, OnFailure, RedisBackend, RedisBackendBuilder, DEFAULT_PREFIX,
-    DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT, SIMULATION_MIN_TTL,
+    CheckFuture, ConfigError, OnFailure, RedisBackend, RedisBackendBuilder, RedisStats,
+    DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT, SIMULATION_MIN_TTL,
 };
 pub use deadpool_redis::redis;
+pub use deny_cache::DEFAULT_DENY_CACHE_MAX;
 pub use keys::KeyEncoding;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
