@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::decision::{ms_ratio, PolicyDecision};
+use crate::few::Few;
 use crate::policy::{Algorithm, Policy};
 
 /// One policy's state for one key. A fresh key's state is [`State::default`].
@@ -255,15 +256,25 @@ pub fn evaluate_all<'s>(
     t_ms: u64,
     cost: u64,
 ) -> Vec<Evaluation> {
-    let mut evals: Vec<Evaluation> = policies
+    evaluate_few(policies, state_of, t_ms, cost).into_vec()
+}
+
+/// [`evaluate_all`] without a heap allocation for a single policy.
+pub(crate) fn evaluate_few<'s>(
+    policies: &[Policy],
+    state_of: impl Fn(usize) -> &'s State,
+    t_ms: u64,
+    cost: u64,
+) -> Few<Evaluation> {
+    let mut evals: Few<Evaluation> = policies
         .iter()
         .enumerate()
         .map(|(i, p)| evaluate(p, state_of(i), t_ms, cost))
         .collect();
-    if evals.iter().all(|e| e.decision.allowed) {
+    if evals.as_slice().iter().all(|e| e.decision.allowed) {
         return evals;
     }
-    for (i, e) in evals.iter_mut().enumerate() {
+    for (i, e) in evals.as_mut_slice().iter_mut().enumerate() {
         if e.decision.allowed && e.update != Update::None {
             let mut query = evaluate(&policies[i], state_of(i), t_ms, 0);
             query.decision.delay = Duration::ZERO;
@@ -523,7 +534,10 @@ impl Exact {
     }
 
     fn ceil_ms(self) -> u128 {
-        self.num.div_ceil(self.den.max(1))
+        match (u64::try_from(self.num), u64::try_from(self.den)) {
+            (Ok(n), Ok(d)) => u128::from(n.div_ceil(d.max(1))),
+            _ => self.num.div_ceil(self.den.max(1)),
+        }
     }
 }
 
@@ -607,7 +621,7 @@ fn bucket_decide(
     update: impl FnOnce(u128) -> Update,
 ) -> Outcome {
     // remaining = floor(x) = B − ceil(D / P).
-    let remaining = |d: u128| narrow(cap - d.div_ceil(period));
+    let remaining = |d: u128| narrow(cap - div_ceil(d, period));
     let queued = |d: u128| {
         if leaky {
             Exact::ratio(d, l)
@@ -651,7 +665,7 @@ fn gcra(p: &Policy, s: &State, now: u64, cost: u64) -> Outcome {
         _ => now_scaled,
     }
     .clamp(now_scaled, now_scaled + cap * period);
-    let remaining = |tat: u128| narrow(cap - (tat - now_scaled).div_ceil(period));
+    let remaining = |tat: u128| narrow(cap - div_ceil(tat - now_scaled, period));
     let until = |tat: u128| Exact::ratio(tat - now_scaled, l);
     let c = u128::from(cost);
     if c > cap {
@@ -815,6 +829,14 @@ fn sliding_log(p: &Policy, s: &State, now: u64, cost: u64) -> Outcome {
         }
     }
     Outcome::deny(limit.saturating_sub(used), Some(retry), reset)
+}
+
+/// ⌈a / b⌉ for b ≥ 1, in 64-bit arithmetic when both fit (128-bit division is slow).
+fn div_ceil(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => u128::from(a.div_ceil(b.max(1))),
+        _ => a.div_ceil(b.max(1)),
+    }
 }
 
 /// (L, P, capacity) as u128.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::few::Few;
 use crate::policy::Policy;
 use crate::quota::Applied;
 
@@ -96,7 +97,7 @@ pub struct Decision {
     retry_after: Option<Duration>,
     delay: Duration,
     binding: usize,
-    policies: Vec<PolicyDecision>,
+    policies: Few<PolicyDecision>,
     applied: Applied,
     version: u64,
 }
@@ -107,27 +108,36 @@ impl Decision {
     /// `policies` must not be empty; an empty list yields a decision that allows with
     /// `remaining` 0 (backends refuse empty policy lists before getting here).
     pub fn from_policies(policies: Vec<PolicyDecision>) -> Self {
-        let allowed = policies.iter().all(|p| p.allowed);
+        Self::from_few(Few::from_vec(policies))
+    }
+
+    pub(crate) fn from_few(policies: Few<PolicyDecision>) -> Self {
+        Self::from_few_with(policies, Applied::Defaults, 0)
+    }
+
+    /// [`Decision::from_few`] with the configuration that applied and the key's version.
+    pub(crate) fn from_few_with(
+        policies: Few<PolicyDecision>,
+        applied: Applied,
+        version: u64,
+    ) -> Self {
+        let list = policies.as_slice();
+        let allowed = list.iter().all(|p| p.allowed);
         let retry_after = if allowed {
             Some(Duration::ZERO)
         } else {
-            policies
-                .iter()
+            list.iter()
                 .filter(|p| !p.allowed)
                 .try_fold(Duration::ZERO, |acc, p| p.retry_after.map(|r| acc.max(r)))
         };
         let delay = if allowed {
-            policies
-                .iter()
-                .map(|p| p.delay)
-                .max()
-                .unwrap_or(Duration::ZERO)
+            list.iter().map(|p| p.delay).max().unwrap_or(Duration::ZERO)
         } else {
             Duration::ZERO
         };
         let mut binding = 0;
-        for (i, p) in policies.iter().enumerate().skip(1) {
-            let b = &policies[binding];
+        for (i, p) in list.iter().enumerate().skip(1) {
+            let b = &list[binding];
             if p.remaining < b.remaining
                 || (p.remaining == b.remaining && p.reset_after > b.reset_after)
             {
@@ -140,8 +150,8 @@ impl Decision {
             delay,
             binding,
             policies,
-            applied: Applied::Defaults,
-            version: 0,
+            applied,
+            version,
         }
     }
 
@@ -154,7 +164,7 @@ impl Decision {
             retry_after: None,
             delay: Duration::ZERO,
             binding: 0,
-            policies: Vec::new(),
+            policies: Few::None,
             applied: Applied::Denied,
             version,
         }
@@ -169,7 +179,7 @@ impl Decision {
             retry_after: Some(Duration::ZERO),
             delay: Duration::ZERO,
             binding: 0,
-            policies: Vec::new(),
+            policies: Few::None,
             applied: Applied::Unlimited,
             version,
         }
@@ -205,6 +215,7 @@ impl Decision {
             binding: self.binding,
             policies: self
                 .policies
+                .as_slice()
                 .iter()
                 .map(|p| PolicyDecision {
                     policy: p.policy.clone(),
@@ -267,17 +278,17 @@ impl Decision {
     /// The binding policy's own result: the one with the smallest `remaining`, ties broken by
     /// the largest `reset_after`.
     pub fn binding(&self) -> Option<&PolicyDecision> {
-        self.policies.get(self.binding)
+        self.policies.as_slice().get(self.binding)
     }
 
     /// Each policy's own result, in the order the policies were given.
     pub fn policies(&self) -> &[PolicyDecision] {
-        &self.policies
+        self.policies.as_slice()
     }
 
     /// The policies that deny the request, in policy order (empty when admitted).
     pub fn violated(&self) -> impl Iterator<Item = &PolicyDecision> {
-        self.policies.iter().filter(|p| !p.allowed)
+        self.policies.as_slice().iter().filter(|p| !p.allowed)
     }
 }
 
@@ -291,6 +302,16 @@ pub fn exact_ms(num: u128, den: u128) -> Duration {
 
 pub(crate) fn ms_ratio(num: u128, den: u128) -> Duration {
     let den = den.max(1);
+    if num == 0 {
+        return Duration::ZERO;
+    }
+    // The common case in 64-bit arithmetic: 128-bit division costs several times more.
+    if let (Ok(n), Ok(d)) = (u64::try_from(num), u64::try_from(den)) {
+        if let Some(scaled) = n.checked_mul(1_000_000) {
+            let ns = scaled.div_ceil(d);
+            return Duration::new(ns / 1_000_000_000, (ns % 1_000_000_000) as u32);
+        }
+    }
     let Some(scaled) = num.checked_mul(1_000_000) else {
         return Duration::MAX;
     };

@@ -37,6 +37,7 @@ pub mod algorithm;
 mod backend;
 mod clock;
 mod decision;
+mod few;
 mod memory;
 mod policy;
 mod quota;

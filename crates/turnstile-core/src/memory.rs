@@ -2,20 +2,23 @@
 
 use std::fmt;
 use std::future::{ready, Ready};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
+
+use foldhash::fast::RandomState;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 
-use crate::algorithm::{carry_over, evaluate, evaluate_all, refund, Evaluation, State};
+use crate::algorithm::{carry_over, evaluate, evaluate_few, refund, Evaluation, State};
 use crate::backend::{Backend, BackendError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PolicyDecision};
+use crate::few::Few;
 use crate::policy::Policy;
 use crate::quota::{
-    resolve, validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits, Tier,
-    Unconfigured,
+    resolve, resolve_which, validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits,
+    Tier, Unconfigured, Which,
 };
 
 /// How long a key's version is kept when it has no other configuration: a day, as in Redis.
@@ -96,7 +99,8 @@ struct Inner<C> {
 
 #[derive(Default)]
 struct Shard {
-    map: IndexMap<Box<str>, Entry>,
+    /// foldhash: fast on short keys, seeded per process (keys are client-controlled).
+    map: IndexMap<Box<str>, Entry, RandomState>,
     cursor: usize,
 }
 
@@ -223,7 +227,7 @@ impl<C> MemoryBackendBuilder<C> {
         MemoryBackend {
             inner: Arc::new(Inner {
                 shards: (0..self.shards).map(|_| Mutex::default()).collect(),
-                hasher: RandomState::new(),
+                hasher: RandomState::default(),
                 clock: self.clock,
                 max_keys: self.max_keys,
                 keys: AtomicUsize::new(0),
@@ -320,7 +324,8 @@ impl<C> MemoryBackend<C> {
         let mut shard = self.shard(key);
         self.sweep(&mut shard, now_ms, SWEEP_PER_CHECK);
 
-        let entry = shard.map.get(key);
+        let index = shard.map.get_index_of(key);
+        let entry = index.map(|i| &shard.map[i]);
         let config = entry.and_then(|e| e.config.as_deref());
         let version = config.map_or(0, KeyConfig::version);
         let (policies, applied) = resolve(config, defaults, tiers, unconfigured);
@@ -358,20 +363,31 @@ impl<C> MemoryBackend<C> {
                 .and_then(|e| e.slot(&policies[i]))
                 .map_or(&fresh, |s| &s.state)
         };
-        let evals = evaluate_all(policies, state_of, now_ms, cost);
-        let admitted = evals.iter().all(|e| e.decision().allowed());
-        if !admitted || !evals.iter().any(Evaluation::changes_state) {
-            return Ok(Decision::from_policies(
+        let evals = evaluate_few(policies, state_of, now_ms, cost);
+        let admitted = evals.as_slice().iter().all(|e| e.decision().allowed());
+        if !admitted || !evals.as_slice().iter().any(Evaluation::changes_state) {
+            return Ok(Decision::from_few_with(
                 evals.into_iter().map(Evaluation::into_decision).collect(),
-            )
-            .with_applied(applied, version));
+                applied,
+                version,
+            ));
         }
 
-        // Owned copies: `policies` may borrow the entry's own override.
-        let policies: Vec<Policy> = policies.to_vec();
-        let entry = self.entry_mut(&mut shard, key, now_ms)?;
+        // The same set again, not borrowed from the entry about to be written: an override
+        // is held by its own `Arc`.
+        let (which, _) = resolve_which(config, tiers, unconfigured);
+        let own: Option<Arc<[Policy]>> = match which {
+            Which::Override => config.and_then(|c| c.policies.clone()),
+            _ => None,
+        };
+        let policies: &[Policy] = match (&own, which) {
+            (Some(o), _) => o,
+            (None, Which::Tier(i)) => &tiers[i].1,
+            _ => defaults,
+        };
+        let entry = self.entry_at(&mut shard, index, key, now_ms)?;
         let mut carried = carried.into_iter();
-        let decisions: Vec<PolicyDecision> = policies
+        let decisions: Few<PolicyDecision> = policies
             .iter()
             .zip(evals)
             .map(|(p, eval)| {
@@ -390,7 +406,7 @@ impl<C> MemoryBackend<C> {
             })
             .collect();
         entry.settle(now_ms);
-        Ok(Decision::from_policies(decisions).with_applied(applied, version))
+        Ok(Decision::from_few_with(decisions, applied, version))
     }
 
     /// Locks the shard of `key`.
@@ -407,22 +423,34 @@ impl<C> MemoryBackend<C> {
         key: &str,
         now_ms: u64,
     ) -> Result<&'s mut Entry, BackendError> {
-        if !shard.map.contains_key(key) {
-            self.reserve_key(shard, now_ms)?;
-            shard.map.insert(
-                Box::from(key),
-                Entry {
+        let index = shard.map.get_index_of(key);
+        self.entry_at(shard, index, key, now_ms)
+    }
+
+    /// The entry at `index` (as `get_index_of` found it), or a new one for `key` (within the
+    /// key cap): one hash of the key per check.
+    fn entry_at<'s>(
+        &self,
+        shard: &'s mut Shard,
+        index: Option<usize>,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<&'s mut Entry, BackendError> {
+        let index = match index {
+            Some(i) => i,
+            None => {
+                self.reserve_key(shard, now_ms)?;
+                // The sweep in `reserve_key` may move entries, but `key` is not among them.
+                let entry = Entry {
                     expires_ms: 0,
                     slots: Vec::new(),
                     config: None,
                     version_until_ms: 0,
-                },
-            );
-        }
-        Ok(shard
-            .map
-            .get_mut(key)
-            .expect("the entry was found or inserted above while the shard is locked"))
+                };
+                shard.map.insert_full(Box::from(key), entry).0
+            }
+        };
+        Ok(&mut shard.map[index])
     }
 
     /// Gives `cost` units back to `key` under every policy `limits` resolves for it, at

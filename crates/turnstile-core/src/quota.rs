@@ -282,6 +282,42 @@ impl KeyConfig {
     }
 }
 
+/// Which policy set applies to a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    Defaults,
+    /// The tier at this index.
+    Tier(usize),
+    Override,
+    /// No policy: denied or unlimited.
+    Nothing,
+}
+
+/// Which policy set applies to a key with `config`, and the [`Applied`] that says why.
+pub(crate) fn resolve_which(
+    config: Option<&KeyConfig>,
+    tiers: &[Tier],
+    unconfigured: Unconfigured,
+) -> (Which, Applied) {
+    if let Some(c) = config {
+        if c.policies.is_some() {
+            return (Which::Override, Applied::Override);
+        }
+        if let Some((i, (name, _))) = c
+            .tier
+            .as_deref()
+            .and_then(|t| tiers.iter().enumerate().find(|(_, (n, _))| &**n == t))
+        {
+            return (Which::Tier(i), Applied::Tier(Arc::clone(name)));
+        }
+    }
+    match unconfigured {
+        Unconfigured::Deny => (Which::Nothing, Applied::Denied),
+        Unconfigured::Allow => (Which::Nothing, Applied::Unlimited),
+        _ => (Which::Defaults, Applied::Defaults),
+    }
+}
+
 /// The policies that apply to a key with `config` (see [`Limits::resolve`]).
 pub(crate) fn resolve<'a>(
     config: Option<&'a KeyConfig>,
@@ -289,21 +325,12 @@ pub(crate) fn resolve<'a>(
     tiers: &'a [Tier],
     unconfigured: Unconfigured,
 ) -> (Option<&'a [Policy]>, Applied) {
-    if let Some(c) = config {
-        if let Some(o) = &c.policies {
-            return (Some(o), Applied::Override);
-        }
-        if let Some((name, set)) = c
-            .tier
-            .as_deref()
-            .and_then(|t| tiers.iter().find(|(n, _)| &**n == t))
-        {
-            return (Some(set), Applied::Tier(Arc::clone(name)));
-        }
-    }
-    match unconfigured {
-        Unconfigured::Defaults => (Some(defaults), Applied::Defaults),
-        Unconfigured::Deny => (None, Applied::Denied),
-        Unconfigured::Allow => (None, Applied::Unlimited),
-    }
+    let (which, applied) = resolve_which(config, tiers, unconfigured);
+    let set = match which {
+        Which::Defaults => Some(defaults),
+        Which::Tier(i) => Some(&*tiers[i].1),
+        Which::Override => config.and_then(|c| c.policies.as_deref()),
+        Which::Nothing => None,
+    };
+    (set, applied)
 }
