@@ -117,7 +117,8 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if command(self.port, "PING").is_ok_and(|r| r.starts_with("+PONG")) {
+            // Any reply means the server is up (one that needs a password answers -NOAUTH).
+            if command(self.port, "PING").is_ok_and(|r| r.starts_with('+') || r.starts_with('-')) {
                 return;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {

@@ -692,6 +692,32 @@ async fn nodes_with_clocks_skewed_by_minutes_decide_as_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_user_and_password_come_from_the_url() {
+    // A server whose default user is off: only `limiter` with its password may run scripts.
+    let server = RedisServer::start_with(&[
+        "--user", "default", "off", "--user", "limiter", "on", ">s3cret", "~*", "+@all",
+    ]);
+    let pol = [p("token-bucket:limit=2,period=1m,name=acl")];
+    let with = |auth: &str| {
+        RedisBackend::builder(format!("redis://{auth}127.0.0.1:{}", server.port()))
+            .prefix(prefix("acl"))
+            .timeout(Duration::from_secs(5))
+            .on_failure(OnFailure::ReturnError)
+            .build()
+            .unwrap()
+    };
+    let d = with("limiter:s3cret@").check("k", &pol, 1).await.unwrap();
+    assert_eq!(d.remaining(), 1);
+    for wrong in ["limiter:nope@", ""] {
+        let err = with(wrong).check("k", &pol, 1).await.unwrap_err();
+        assert!(
+            matches!(err, BackendError::Connection(_) | BackendError::Script(_)),
+            "{wrong:?}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     let server = RedisServer::start();
     let b = backend(&server.url(), "garbage");
