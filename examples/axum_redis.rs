@@ -6,13 +6,20 @@
 //! cargo run -p turnstile-examples --example axum_redis -- --port 3011 --key header:x-api-key
 //! for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3001/; done
 //! ```
+//!
+//! With `--config FILE` the file's key, rules, policies and tiers (see
+//! `examples/turnstile.toml`) replace `--algorithm`, `--limit`, `--period`, `--burst` and
+//! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`), where given,
+//! take the place of `--redis-url`, `--prefix` and `--failure`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::{routing::get, Router};
 use clap::{Parser, ValueEnum};
 use http::Request;
+use turnstile::config::{BackendFailure, LayerConfig};
 use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
 use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
 use turnstile_redis::{OnFailure, RedisBackend};
@@ -48,6 +55,11 @@ struct Args {
     /// `open` (admit) or `closed` (answer 503).
     #[arg(long, value_enum, default_value_t = Failure::Local)]
     failure: Failure,
+    /// A turnstile configuration file (TOML) whose key, rules and policies replace the flags
+    /// above; its [backend] settings, where given, replace --redis-url, --prefix and
+    /// --failure.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["algorithm", "limit", "period", "burst", "key"])]
+    config: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -100,6 +112,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let args = Args::parse();
+    if let Some(path) = &args.config {
+        return serve_config(&args, path).await;
+    }
 
     let mut policy = Policy::new(args.algorithm, args.limit, args.period)?;
     if let Some(burst) = args.burst {
@@ -140,6 +155,60 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n'{try_it} {url}; done"
     );
+    serve(listener, app).await
+}
+
+/// Serves the rules of the configuration file at `path` on Redis.
+async fn serve_config(
+    args: &Args,
+    path: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = LayerConfig::from_file(path)?;
+    let b = config.backend();
+    let redis_url = b.url().unwrap_or(&args.redis_url).to_owned();
+    let failure = match b.failure_setting() {
+        Some(BackendFailure::Open) => Failure::Open,
+        Some(BackendFailure::Closed) => Failure::Closed,
+        Some(_) => Failure::Local,
+        None => args.failure,
+    };
+    let mut redis = RedisBackend::builder(redis_url.as_str())
+        .prefix(b.prefix().unwrap_or(&args.prefix))
+        .on_failure(match failure {
+            Failure::Local => OnFailure::LocalFallback,
+            Failure::Open | Failure::Closed => OnFailure::ReturnError,
+        });
+    if let Some(timeout) = b.timeout() {
+        redis = redis.timeout(timeout);
+    }
+    let layer = config
+        .builder()
+        .backend(redis.build()?)
+        .on_backend_failure(match failure {
+            Failure::Closed => FailurePolicy::Closed,
+            Failure::Local | Failure::Open => FailurePolicy::Open,
+        })
+        .build()?;
+    let app = Router::new()
+        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    println!(
+        "turnstile axum_redis listening on {url} (GET /: the rules of {}, key {}; Redis {redis_url}; on Redis failure: {failure:?})",
+        path.display(),
+        config.key().spec()
+    );
+    println!(
+        "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
+    );
+    serve(listener, app).await
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+) -> Result<(), Box<dyn std::error::Error>> {
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

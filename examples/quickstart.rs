@@ -5,12 +5,17 @@
 //! cargo run -p turnstile-examples --example quickstart -- --port 3000
 //! for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3000/; done
 //! ```
+//!
+//! With `--config FILE` the file's key, rules and policies (see `examples/turnstile.toml`)
+//! replace the built-in policy; state stays in memory.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::{routing::get, Router};
 use clap::Parser;
+use turnstile::config::LayerConfig;
 use turnstile::{Policy, RateLimitLayer};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited to 10 requests per 60 s per client IP.
@@ -19,6 +24,26 @@ struct Args {
     /// TCP port to listen on (127.0.0.1).
     #[arg(long, default_value_t = 3000)]
     port: u16,
+    /// A turnstile configuration file (TOML) whose key, rules and policies replace the
+    /// built-in 10 per 60 s per IP.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// The app: `GET /` behind the built-in policy, or behind the rules of `config`.
+pub(crate) fn app(config: Option<&LayerConfig>) -> Result<Router, Box<dyn std::error::Error>> {
+    let router = Router::new().route("/", get(|| async { "Hello from turnstile!\n" }));
+    Ok(match config {
+        Some(config) => router.layer(config.builder().build()?),
+        None => {
+            // 10 per 60 s per IP; a fresh client may use its burst of 10 at once, then gets
+            // one more every 6 s.
+            let per_ip = Policy::token_bucket(10, Duration::from_secs(60))?
+                .with_burst(10)?
+                .with_name("per-ip")?;
+            router.layer(RateLimitLayer::new(per_ip))
+        }
+    })
 }
 
 #[tokio::main]
@@ -29,19 +54,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let args = Args::parse();
-
-    // 10 per 60 s per IP; a fresh client may use its burst of 10 at once, then gets one more
-    // every 6 s.
-    let per_ip = Policy::token_bucket(10, Duration::from_secs(60))?
-        .with_burst(10)?
-        .with_name("per-ip")?;
-    let app = Router::new()
-        .route("/", get(|| async { "Hello from turnstile!\n" }))
-        .layer(RateLimitLayer::new(per_ip));
+    let config = match &args.config {
+        Some(path) => Some(LayerConfig::from_file(path)?),
+        None => None,
+    };
+    let app = app(config.as_ref())?;
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
-    println!("turnstile quickstart listening on {url} (GET /: 10 requests per 60 s per IP)");
+    match (&args.config, &config) {
+        (Some(path), Some(config)) => {
+            println!(
+                "turnstile quickstart listening on {url} (GET /: the rules of {}, in memory)",
+                path.display()
+            );
+            if config.backend().url().is_some() {
+                println!("note: the quickstart keeps state in memory; the file's [backend] url is for axum_redis");
+            }
+        }
+        _ => {
+            println!("turnstile quickstart listening on {url} (GET /: 10 requests per 60 s per IP)")
+        }
+    }
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );

@@ -50,6 +50,12 @@ pub(crate) enum Command {
     /// value with bytes outside printable ASCII and `%` percent-encoded, etc.; --prefix and
     /// --plain-keys must match the service's Redis backend.
     Quota(crate::quota::QuotaArgs),
+
+    /// Validate a turnstile configuration file (TOML) and print the effective rules: each
+    /// rule's conditions, cost and policies under the names the layer gives them, the key and
+    /// what it stores, the tiers and the backend. An invalid file is reported as
+    /// FILE:LINE:COLUMN: FIELD: MESSAGE with exit code 1.
+    CheckConfig(crate::check_config::CheckConfigArgs),
 }
 
 /// The arguments of `turnstile simulate`.

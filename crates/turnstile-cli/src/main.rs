@@ -1,10 +1,12 @@
 //! The `turnstile` command: replay a trace of requests (JSON Lines or an nginx/Apache access
 //! log) against rate-limit policies and print every decision (`turnstile simulate`), exactly
 //! as `SEMANTICS.md` defines them; compare candidate policies side by side, summarise and
-//! plot; and manage live quotas on Redis (`turnstile quota`).
+//! plot; manage live quotas on Redis (`turnstile quota`); and validate configuration files
+//! (`turnstile check-config`).
 
 mod access_log;
 mod backend;
+mod check_config;
 mod cli;
 mod plot;
 mod quota;
@@ -25,5 +27,6 @@ fn main() -> ExitCode {
             simulate::run(&args, &candidates)
         }
         cli::Command::Quota(args) => quota::run(args),
+        cli::Command::CheckConfig(args) => check_config::run(&args),
     }
 }

@@ -12,13 +12,16 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
+use tracing::Span;
 use turnstile_core::{Backend, Decision};
 
 use crate::body::ResponseBody;
 use crate::headers;
 use crate::key::{KeyExtractor, MissingKey, RequestRef};
-use crate::layer::{Action, Config, FailurePolicy};
+use crate::layer::{Action, Config, FailurePolicy, Settings};
+use crate::metrics::Outcome;
 use crate::response::{key_error, unavailable, Denial, Protocol};
+use crate::rule::CompiledRule;
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): awaits the backend's decision,
@@ -45,6 +48,12 @@ pin_project! {
         cost: u64,
         grpc: bool,
         deadline: Option<Instant>,
+        // The current check's span (disabled unless a subscriber wants it).
+        span: Span,
+        // When the current check was sent, if its latency is measured.
+        started: Option<std::time::Instant>,
+        // Whether Action::Delay held the request for a re-check.
+        waited: bool,
     }
 }
 
@@ -134,25 +143,28 @@ where
         let rule = &settings.rules[rule_index];
         let key = match config.key.extract(&req) {
             Ok(k) => k,
-            Err(e) => match &settings.missing_key {
-                MissingKey::Allow => {
-                    let fut = inner.call(req);
-                    return Self::with_state(
-                        config,
-                        State::Calling {
-                            fut,
-                            decision: None,
-                        },
-                        grpc,
-                    );
+            Err(e) => {
+                crate::metrics::missing_key(e.kind());
+                match &settings.missing_key {
+                    MissingKey::Allow => {
+                        let fut = inner.call(req);
+                        return Self::with_state(
+                            config,
+                            State::Calling {
+                                fut,
+                                decision: None,
+                            },
+                            grpc,
+                        );
+                    }
+                    MissingKey::Key(k) => String::from(&**k),
+                    MissingKey::Reject => {
+                        config.key_failed(&e);
+                        let res = Some(key_error(&e, grpc));
+                        return Self::with_state(config, State::Respond { res }, grpc);
+                    }
                 }
-                MissingKey::Key(k) => String::from(&**k),
-                MissingKey::Reject => {
-                    config.key_failed(&e);
-                    let res = Some(key_error(&e, grpc));
-                    return Self::with_state(config, State::Respond { res }, grpc);
-                }
-            },
+            }
         };
         if !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key.as_str()) {
             let fut = inner.call(req);
@@ -182,6 +194,8 @@ where
                 grpc,
             );
         };
+        let span = check_span(settings, rule, &key, cost);
+        let started = measure(&span);
         let check = config.backend.check_limits(&key, limits, cost, None);
         ResponseFuture {
             state: State::Checking {
@@ -195,6 +209,9 @@ where
             cost,
             grpc,
             deadline,
+            span,
+            started,
+            waited: false,
         }
     }
 
@@ -211,7 +228,71 @@ where
             cost: 0,
             grpc,
             deadline: None,
+            span: Span::none(),
+            started: None,
+            waited: false,
         }
+    }
+}
+
+/// The span of one backend check: the key (as [`KeyLogging`](crate::key::KeyLogging) says),
+/// the rule and its policies, the cost; the outcome, the configuration that applied, the wait
+/// and the backend's latency are recorded when the check completes. Free when no subscriber
+/// wants DEBUG spans of target `turnstile`.
+fn check_span(settings: &Settings, rule: &CompiledRule, key: &str, cost: u64) -> Span {
+    tracing::debug_span!(
+        target: "turnstile",
+        "rate_limit_check",
+        key = %settings.key_logging.display(key),
+        rule = %rule.rule.label(),
+        policies = %PolicyNames(&rule.policies),
+        cost,
+        outcome = tracing::field::Empty,
+        applied = tracing::field::Empty,
+        retry_after_ms = tracing::field::Empty,
+        backend_us = tracing::field::Empty,
+    )
+}
+
+/// When a check starts, if its latency is wanted (for metrics or an enabled span).
+fn measure(span: &Span) -> Option<std::time::Instant> {
+    (crate::metrics::MEASURE || !span.is_disabled()).then(std::time::Instant::now)
+}
+
+/// Policy names, comma-separated, formatted on demand.
+struct PolicyNames<'a>(&'a [turnstile_core::Policy]);
+
+impl fmt::Display for PolicyNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(p.name())?;
+        }
+        Ok(())
+    }
+}
+
+/// Records a finished check's outcome on its span, with a DEBUG event for denials and a
+/// TRACE event otherwise.
+fn finish_span(span: &Span, outcome: &'static str, decision: &Decision) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("outcome", outcome);
+    span.record("applied", decision.applied().label());
+    if !decision.allowed() {
+        match decision.retry_after() {
+            Some(d) => span.record(
+                "retry_after_ms",
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            ),
+            None => span.record("retry_after_ms", "never"),
+        };
+        tracing::debug!(target: "turnstile", parent: span, outcome, "rate limit: request denied");
+    } else {
+        tracing::trace!(target: "turnstile", parent: span, outcome, "rate limit: request admitted");
     }
 }
 
@@ -229,8 +310,22 @@ where
             let settings = &*config.settings;
             match this.state.as_mut().project() {
                 StateProj::Checking { check, inner, req } => {
-                    let result = ready!(check.poll(cx));
+                    let result = {
+                        let _entered = this.span.enter();
+                        ready!(check.poll(cx))
+                    };
+                    if let Some(started) = this.started.take() {
+                        let elapsed = started.elapsed();
+                        crate::metrics::backend_latency(elapsed);
+                        this.span.record(
+                            "backend_us",
+                            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+                        );
+                    }
+                    // The check's span closes at the end of this step.
+                    let span = std::mem::replace(this.span, Span::none());
                     let rule = &settings.rules[*this.rule];
+                    let keys = &*settings.metric_keys;
                     let decision = match result {
                         Ok(d) => {
                             config.backend_ok();
@@ -238,6 +333,11 @@ where
                         }
                         Err(e) => {
                             config.backend_failed(&e);
+                            crate::metrics::backend_error(e.kind());
+                            if !span.is_disabled() {
+                                span.record("outcome", "backend_error");
+                                tracing::debug!(target: "turnstile", parent: &span, error = %e, kind = e.kind(), "rate limit: backend failed");
+                            }
                             if settings.failure == FailurePolicy::Closed {
                                 let res = Some(unavailable(*this.grpc));
                                 this.state.set(State::Respond { res });
@@ -256,9 +356,11 @@ where
                         match settings.action {
                             Action::Shadow => {
                                 config.shadow_denied();
+                                crate::metrics::decision(keys, &decision, Outcome::ShadowDenied);
+                                finish_span(&span, Outcome::ShadowDenied.as_str(), &decision);
                                 tracing::info!(
                                     target: "turnstile::shadow",
-                                    key = %this.key,
+                                    key = %settings.key_logging.display(this.key),
                                     policies = ?decision.violated().map(|p| p.name()).collect::<Vec<_>>(),
                                     retry_after_ms = decision.retry_after().map(|d| d.as_millis()),
                                     "shadow mode: this request would have been denied"
@@ -283,6 +385,8 @@ where
                                     },
                                 );
                                 if let Some(d) = fits {
+                                    *this.waited = true;
+                                    finish_span(&span, "waiting", &decision);
                                     let (inner, req) = take_both(inner, req);
                                     this.state.set(State::Waiting {
                                         sleep: tokio::time::sleep(d),
@@ -294,6 +398,8 @@ where
                             }
                             _ => {}
                         }
+                        crate::metrics::decision(keys, &decision, Outcome::Denied);
+                        finish_span(&span, Outcome::Denied.as_str(), &decision);
                         let denial = Denial {
                             decision: &decision,
                             protocol: if *this.grpc {
@@ -319,6 +425,13 @@ where
                     } else {
                         decision.delay()
                     };
+                    let outcome = if *this.waited || !delay.is_zero() {
+                        Outcome::Delayed
+                    } else {
+                        Outcome::Allowed
+                    };
+                    crate::metrics::decision(keys, &decision, outcome);
+                    finish_span(&span, outcome.as_str(), &decision);
                     let decision = (settings.headers_on_allowed && !shadow).then_some(decision);
                     let (mut inner, req) = take_both(inner, req);
                     if delay.is_zero() {
@@ -352,6 +465,8 @@ where
                         });
                         continue;
                     };
+                    *this.span = check_span(settings, rule, this.key, *this.cost);
+                    *this.started = measure(this.span);
                     let check = config
                         .backend
                         .check_limits(this.key, limits, *this.cost, None);

@@ -14,7 +14,7 @@ use turnstile_core::{
 };
 
 use crate::headers::policy_value;
-use crate::key::{KeyError, KeyExtractor, MissingKey, PeerIp, RequestRef};
+use crate::key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::response::{Denial, DenialFn, DenialFnDebug};
 use crate::rule::{CompiledRule, CostFn, Rule};
 use crate::service::RateLimit;
@@ -221,6 +221,9 @@ pub(crate) struct Settings {
     pub(crate) headers_on_allowed: bool,
     pub(crate) legacy_headers: bool,
     pub(crate) response: Option<DenialFn>,
+    pub(crate) key_logging: KeyLogging,
+    /// The prepared metric keys of every policy of the rules and tiers.
+    pub(crate) metric_keys: Arc<crate::metrics::Keys>,
 }
 
 /// Counters and once-per-incident log flags, shared by every service of one layer.
@@ -333,6 +336,7 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
             response: None,
             tiers: Vec::new(),
             unconfigured: Unconfigured::Defaults,
+            key_logging: KeyLogging::Hashed,
         }
     }
 }
@@ -409,6 +413,8 @@ impl<B, K> RateLimitLayer<B, K> {
             headers_on_allowed: s.headers_on_allowed,
             legacy_headers: s.legacy_headers,
             response: s.response.clone(),
+            key_logging: s.key_logging,
+            metric_keys: Arc::clone(&s.metric_keys),
         };
         f(&mut settings);
         RateLimitLayer {
@@ -473,6 +479,7 @@ pub struct RateLimitLayerBuilder<B = MemoryBackend, K = PeerIp> {
     response: Option<DenialFn>,
     tiers: Vec<(String, Vec<Policy>)>,
     unconfigured: Unconfigured,
+    key_logging: KeyLogging,
 }
 
 impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<B, K> {
@@ -505,6 +512,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             response: self.response,
             tiers: self.tiers,
             unconfigured: self.unconfigured,
+            key_logging: self.key_logging,
         }
     }
 
@@ -525,6 +533,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             response: self.response,
             tiers: self.tiers,
             unconfigured: self.unconfigured,
+            key_logging: self.key_logging,
         }
     }
 
@@ -638,6 +647,13 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// How client keys appear in the check spans and logs (default [`KeyLogging::Hashed`]:
+    /// keys can be personal data).
+    pub fn log_keys(mut self, logging: KeyLogging) -> Self {
+        self.key_logging = logging;
+        self
+    }
+
     /// Checks the configuration and builds the layer.
     ///
     /// # Errors
@@ -689,6 +705,12 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             }
             rule.limits = Some(limits);
         }
+        let metric_keys = crate::metrics::Keys::new(
+            rules
+                .iter()
+                .flat_map(|r| r.policies.iter())
+                .chain(self.tiers.iter().flat_map(|(_, p)| p.iter())),
+        );
         Ok(RateLimitLayer {
             config: Arc::new(Config {
                 backend: self.backend,
@@ -708,6 +730,8 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                     headers_on_allowed: self.headers_on_allowed,
                     legacy_headers: self.legacy_headers,
                     response: self.response,
+                    key_logging: self.key_logging,
+                    metric_keys: Arc::new(metric_keys),
                 }),
                 stats: Stats::default(),
             }),

@@ -39,23 +39,37 @@
 //! - `tonic`: gRPC denial details built with tonic-types, keys from tonic's
 //!   `TcpConnectInfo` (tonic 0.14 needs Rust 1.88). Without it gRPC calls get the same
 //!   trailers-only response with the same details, encoded by turnstile.
+//! - `metrics`: decisions by policy and outcome, backend latency and errors, missing keys,
+//!   through the `metrics` facade; [`metrics`] lists every name and label.
+//! - `config`: layers from a TOML file (`config::LayerConfig`; `turnstile check-config`
+//!   validates one).
 //! - `full`: all of the above.
+//!
+//! # Tracing
+//! Each backend check runs in a `DEBUG` span `rate_limit_check` (target `turnstile`) with
+//! the key — hashed by default, see [`KeyLogging`] — the rule, its policies and cost, and
+//! records the outcome, the configuration that applied, the wait of a denial and the
+//! backend's latency (`backend_us`). With no subscriber interested it costs a level check.
+//! Backend incidents are warned once per incident.
 //!
 //! The algorithms, policies and backends come from [`turnstile_core`], re-exported here.
 
 mod body;
+#[cfg(feature = "config")]
+pub mod config;
 mod future;
 mod grpc;
 pub mod headers;
 pub mod key;
 mod layer;
+pub mod metrics;
 mod response;
 mod rule;
 mod service;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
-pub use key::{KeyError, KeyExtractor, MissingKey, PeerIp};
+pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
 pub use layer::{Action, ConfigError, FailurePolicy, RateLimitLayer, RateLimitLayerBuilder};
 pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;

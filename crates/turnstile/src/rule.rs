@@ -188,9 +188,15 @@ impl Rule {
     /// The label unnamed policies are named after: the rule's name, else its conditions,
     /// e.g. `POST /login`, `GET,HEAD /api/*`, `grpc helloworld.Greeter/SayHello`, `*`.
     pub(crate) fn label(&self) -> String {
-        if let Some(n) = &self.name {
-            return n.clone();
+        match &self.name {
+            Some(n) => n.clone(),
+            None => self.conditions(),
         }
+    }
+
+    /// The rule's conditions, e.g. `POST /login`, `GET,HEAD /api/*`,
+    /// `grpc helloworld.Greeter/SayHello`, `*` (whatever its name).
+    pub(crate) fn conditions(&self) -> String {
         let mut parts = Vec::new();
         if !self.methods.is_empty() {
             let m: Vec<&str> = self.methods.iter().map(Method::as_str).collect();

@@ -103,4 +103,69 @@ async fn allocations_per_request() {
         "no headers: {no_headers} allocations per request"
     );
     assert!(denied <= 11.5, "denied: {denied} allocations per request");
+
+    // With the `metrics` feature and a recorder installed, the layer's own recording adds
+    // nothing: its metric keys are prepared when the layer is built. (This recorder keeps
+    // nothing, so what an exporter allocates is not counted.)
+    #[cfg(feature = "metrics")]
+    {
+        let recorder = KeepNothing;
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        let with_metrics = per_request(admit.layer(inner), 1000, false).await - baseline;
+        let denied_metrics = per_request(deny.layer(inner), 1000, true).await - baseline;
+        println!(
+            "with a recorder: admitted +{with_metrics}, denied +{denied_metrics} (recorder calls: {})",
+            CALLS.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        assert!(CALLS.load(std::sync::atomic::Ordering::Relaxed) >= 4000);
+        assert!(with_metrics <= admitted + 0.01, "metrics: {with_metrics}");
+        assert!(denied_metrics <= denied + 0.01, "metrics: {denied_metrics}");
+    }
+}
+
+#[cfg(feature = "metrics")]
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A recorder that counts registrations and keeps nothing.
+#[cfg(feature = "metrics")]
+struct KeepNothing;
+
+#[cfg(feature = "metrics")]
+impl metrics::Recorder for KeepNothing {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::Histogram::noop()
+    }
 }

@@ -79,6 +79,18 @@ pub enum KeyError {
 }
 
 impl KeyError {
+    /// A short, stable name of the error's kind, for logs and metric labels: one of
+    /// `missing_peer_addr`, `missing_header`, `missing_matched_path`, `not_grpc`, `rejected`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KeyError::MissingPeerAddr => "missing_peer_addr",
+            KeyError::MissingHeader(_) => "missing_header",
+            KeyError::MissingMatchedPath => "missing_matched_path",
+            KeyError::NotGrpc => "not_grpc",
+            KeyError::Rejected => "rejected",
+        }
+    }
+
     /// Whether the error is the server's misconfiguration (answered `500`, logged once) rather
     /// than something the request lacks (answered `400`).
     pub fn is_misconfiguration(&self) -> bool {
@@ -117,6 +129,64 @@ impl fmt::Display for KeyError {
 }
 
 impl std::error::Error for KeyError {}
+
+/// How client keys appear in logs and spans: keys can be personal data (addresses, API
+/// keys), so by default they are hashed.
+///
+/// The hash ([`KeyLogging::hash`]) is stable — the same on every build, platform and node —
+/// so one client's requests can be followed across logs, and an operator who knows a key can
+/// compute its hash to find it. It is pseudonymous, not anonymous: a key from a small space
+/// (an IPv4 address) can be recovered by hashing every candidate. Where logs must hold no
+/// trace of keys, use [`KeyLogging::Hidden`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyLogging {
+    /// A 64-bit stable hash of the key, as 16 hex digits (the default).
+    #[default]
+    Hashed,
+    /// The key itself (for debugging; mind what your logs may hold).
+    Plain,
+    /// Nothing: the field reads `hidden`.
+    Hidden,
+}
+
+impl KeyLogging {
+    /// The stable hash of `key` shown with [`KeyLogging::Hashed`]: FNV-1a (64 bits) of its
+    /// bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// use turnstile::key::KeyLogging;
+    /// assert_eq!(format!("{:016x}", KeyLogging::hash("192.0.2.1")), KeyLogging::Hashed.display("192.0.2.1").to_string());
+    /// ```
+    pub fn hash(key: &str) -> u64 {
+        key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+
+    /// `key` as this setting shows it: hashed, plain or hidden. Formats without allocating.
+    pub fn display(self, key: &str) -> LoggedKey<'_> {
+        LoggedKey { key, mode: self }
+    }
+}
+
+/// A key as [`KeyLogging`] shows it ([`KeyLogging::display`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LoggedKey<'a> {
+    key: &'a str,
+    mode: KeyLogging,
+}
+
+impl fmt::Display for LoggedKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.mode {
+            KeyLogging::Hashed => write!(f, "{:016x}", KeyLogging::hash(self.key)),
+            KeyLogging::Plain => f.write_str(self.key),
+            KeyLogging::Hidden => f.write_str("hidden"),
+        }
+    }
+}
 
 /// A borrowed view of a request's head, handed to closures ([`key_fn`], cost functions).
 #[derive(Clone, Copy, Debug)]
@@ -329,7 +399,7 @@ impl<A: KeyExtractor, B: KeyExtractor, C: KeyExtractor> KeyExtractor for (A, B, 
 
 /// Joins key parts with `|`, percent-encoding `%` and `|` inside parts so the result is
 /// unambiguous.
-fn join(parts: &[&str]) -> String {
+pub(crate) fn join(parts: &[&str]) -> String {
     let mut out = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {

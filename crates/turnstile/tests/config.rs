@@ -1,0 +1,305 @@
+//! Configuration files: the example file builds a working layer, broken files are named by
+//! line and field, and what the file says is what the layer does.
+#![cfg(feature = "config")]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use http::{Request, Response, StatusCode};
+use tower::{Layer, Service, ServiceExt};
+use turnstile::config::{BackendFailure, LayerConfig};
+use turnstile::{Action, FailurePolicy, Unconfigured};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/turnstile.toml");
+
+fn err(text: &str) -> String {
+    LayerConfig::from_toml("turnstile.toml", text)
+        .unwrap_err()
+        .to_string()
+}
+
+fn request(method: &str, path: &str, peer: &str) -> Request<()> {
+    let mut r = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(())
+        .unwrap();
+    r.extensions_mut()
+        .insert(peer.parse::<SocketAddr>().unwrap());
+    r
+}
+
+async fn status<S>(svc: &mut S, req: Request<()>) -> StatusCode
+where
+    S: Service<
+        Request<()>,
+        Response = Response<turnstile::ResponseBody<String>>,
+        Error = Infallible,
+    >,
+{
+    svc.ready().await.unwrap().call(req).await.unwrap().status()
+}
+
+fn inner(
+) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future = impl Send> + Clone
+{
+    tower::service_fn(|_r: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) })
+}
+
+#[test]
+fn the_example_file_parses_and_builds() {
+    let config = LayerConfig::from_file(EXAMPLE).unwrap();
+    assert_eq!(config.key().spec(), "client-ip");
+    assert_eq!(config.rules().len(), 4);
+    assert_eq!(config.policies()[0].name(), "per-ip");
+    assert_eq!(config.tiers().next().map(|(n, _)| n), Some("pro"));
+    assert_eq!(config.action(), Action::Reject);
+    assert_eq!(config.unconfigured(), Unconfigured::Defaults);
+    assert_eq!(config.backend().url(), Some("redis://127.0.0.1:6379"));
+    assert_eq!(config.backend().failure(), BackendFailure::Local);
+    assert_eq!(config.failure_policy(), FailurePolicy::Open);
+    let layer = config.builder().build().unwrap();
+    assert_eq!(layer.policies().len(), 1);
+    let text = config.to_string();
+    assert!(text.contains("  3. /api/*, cost 2:\n"), "{text}");
+    assert!(
+        text.contains("\"/api/* token-bucket:limit=100,period=1m,burst=20\" token-bucket:limit=100,period=1m,burst=20"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_example_file_limits_as_it_says() {
+    let layer = LayerConfig::from_file(EXAMPLE)
+        .unwrap()
+        .builder()
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(inner());
+    // /healthz is exempt.
+    for _ in 0..20 {
+        assert_eq!(
+            status(&mut svc, request("GET", "/healthz", "192.0.2.1:1")).await,
+            StatusCode::OK
+        );
+    }
+    // POST /login: 5 per minute.
+    let mut login = Vec::new();
+    for _ in 0..6 {
+        login.push(
+            status(&mut svc, request("POST", "/login", "192.0.2.1:1"))
+                .await
+                .as_u16(),
+        );
+    }
+    assert_eq!(login, [200, 200, 200, 200, 200, 429]);
+    // GET /: 10 per minute, another client; the first client's logins did not count.
+    let mut index = Vec::new();
+    for _ in 0..11 {
+        index.push(
+            status(&mut svc, request("GET", "/", "192.0.2.2:1"))
+                .await
+                .as_u16(),
+        );
+    }
+    assert_eq!(index.iter().filter(|&&s| s == 200).count(), 10);
+    assert_eq!(index[10], 429);
+    // /api costs 2 against a burst of 20: ten requests.
+    let mut api = Vec::new();
+    for _ in 0..11 {
+        api.push(
+            status(&mut svc, request("GET", "/api/users", "192.0.2.3:1"))
+                .await
+                .as_u16(),
+        );
+    }
+    assert_eq!(api.iter().filter(|&&s| s == 200).count(), 10);
+}
+
+#[test]
+fn a_bad_limit_is_named_by_line_and_field() {
+    let text = "policies = [\"gcra:limit=10,period=1s\"]\n\n[[rules]]\npath = \"/a\"\npolicies = [\"gcra:limit=1,period=1s\"]\n\n[[rules]]\npath = \"/b\"\npolicies = [\n  \"fixed-window:limit=0,period=1s\",\n]\n";
+    assert_eq!(
+        err(text),
+        "turnstile.toml:10:3: rules[1].policies[0]: limit 0 is out of range (1 to 4294967295)"
+    );
+    let e = LayerConfig::from_toml("turnstile.toml", text).unwrap_err();
+    assert_eq!(e.line(), Some(10));
+    assert_eq!(e.field(), "rules[1].policies[0]");
+    assert_eq!(
+        e.snippet().unwrap(),
+        "   |\n10 |   \"fixed-window:limit=0,period=1s\",\n   |   ^"
+    );
+}
+
+#[test]
+fn a_table_policy_names_its_field() {
+    let text = "[[rules]]\npath = \"/a\"\npolicies = [{ algorithm = \"gcra\", limit = 0, period = \"1s\" }]\n";
+    assert_eq!(
+        err(text),
+        "turnstile.toml:3:43: rules[0].policies[0].limit: limit 0 is out of range (1 to 4294967295)"
+    );
+    let text = "policies = [{ algorithm = \"gcra\", limit = 5, period = \"1.5s\" }]\n";
+    assert!(
+        err(text).starts_with("turnstile.toml:1:55: policies[0].period: invalid duration \"1.5s\""),
+        "{}",
+        err(text)
+    );
+    let text =
+        "policies = [{ algorithm = \"fixed-window\", limit = 5, period = \"1s\", burst = 9 }]\n";
+    assert_eq!(
+        err(text),
+        "turnstile.toml:1:13: policies[0]: fixed-window is a window algorithm and takes no burst"
+    );
+    let text = "policies = [{ algorithm = \"gcra\", limit = 5, period = \"1s\", brust = 9 }]\n";
+    assert!(
+        err(text).starts_with("turnstile.toml:1:61: policies[0].brust: unknown field `brust`"),
+        "{}",
+        err(text)
+    );
+}
+
+#[test]
+fn broken_files_say_what_and_where() {
+    let cases: &[(&str, &str)] = &[
+        ("policies = [\"gcra:limit=5,period=1s\"\n", "turnstile.toml:1:"),
+        (
+            "key = \"cookie\"\npolicies = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:1:7: key: unknown key source \"cookie\"",
+        ),
+        (
+            "key = \"ip\"\ntrusted_proxies = [\"10.0.0.0/8\"]\npolicies = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:2:19: trusted_proxies: trusted_proxies applies to the client-ip key only",
+        ),
+        (
+            "key = \"client-ip\"\ntrusted_proxies = [\"10.0.0.0/33\"]\npolicies = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:2:20: trusted_proxies[0]: \"10.0.0.0/33\" is not a network",
+        ),
+        (
+            "[[rules]]\nmethods = [\"get\"]\npolicies = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:2:12: rules[0].methods[0]: method \"get\" has lowercase letters",
+        ),
+        (
+            "[[rules]]\npath = \"/a\"\nexempt = true\npolicies = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:1:1: rules[0]: an exempt rule takes no policies",
+        ),
+        (
+            "[[rules]]\npath = \"/a\"\n",
+            "turnstile.toml:1:1: rules[0]: the rule has no policies",
+        ),
+        (
+            "[[rules]]\npath = \"/a\"\npolicies = [\"gcra:limit=5,period=1s,name=x\", \"gcra:limit=6,period=1s,name=x\"]\n",
+            "turnstile.toml:3:46: rules[0].policies[1]: another policy of this set is named \"x\"",
+        ),
+        (
+            "[[rules]]\npath = \"/a\"\npolicies = [\"gcra:limit=5,period=1s,name=x\"]\n[[rules]]\npath = \"/b\"\npolicies = [\"gcra:limit=6,period=1s,name=x\"]\n",
+            "turnstile.toml:6:13: rules[1].policies[0]: rules[0].policies[0] also has a policy named \"x\", with different parameters",
+        ),
+        (
+            "policies = [\"gcra:limit=5,period=1s\"]\n[tiers]\n\"gold star\" = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:3:15: tiers.gold star: tier name \"gold star\" is not",
+        ),
+        (
+            "policies = [\"gcra:limit=5,period=1s\"]\naction = { delay = \"soon\" }\n",
+            "turnstile.toml:2:20: action.delay: invalid duration \"soon\"",
+        ),
+        (
+            "policies = [\"gcra:limit=5,period=1s\"]\naction = \"drop\"\n",
+            "turnstile.toml:2:10: action: unknown variant `drop`, expected one of `reject`, `shadow`, `delay`",
+        ),
+        (
+            "policies = [\"leaky-bucket:limit=5,period=1s\"]\naction = { delay = \"100ms\" }\n",
+            "turnstile.toml:1:13: policies[0]: leaky-bucket policy \"leaky-bucket:limit=5,period=1s\" can delay a request by up to 800 ms, more than the maximum wait of 100 ms",
+        ),
+        (
+            "[backend]\nurl = \"http://x\"\n",
+            "turnstile.toml:2:7: backend.url: \"http://x\" is not a Redis URL",
+        ),
+        ("key = \"ip\"\n", "turnstile.toml: no policy applies to any request"),
+        (
+            "polices = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:1:1: polices: unknown field `polices`",
+        ),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|(text, want)| {
+            let got = err(text);
+            (!got.starts_with(want)).then(|| format!("{text:?}\n got: {got}\nwant: {want}"))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn keys_map_as_documented() {
+    let key = |spec: &str| {
+        let text = format!("key = {spec}\npolicies = [\"gcra:limit=5,period=1s\"]\n");
+        LayerConfig::from_toml("t.toml", &text)
+            .unwrap()
+            .key()
+            .clone()
+    };
+    use turnstile::KeyExtractor;
+    let mut req = request(
+        "POST",
+        "/helloworld.Greeter/SayHello",
+        "[2001:db8:1:2::7]:1",
+    );
+    req.headers_mut()
+        .insert("x-api-key", "k|1".parse().unwrap());
+    assert_eq!(key("\"ip\"").extract(&req).unwrap(), "2001:db8:1:2::/64");
+    assert_eq!(key("\"header:x-api-key\"").extract(&req).unwrap(), "k|1");
+    assert_eq!(
+        key("\"grpc-method\"").extract(&req).unwrap(),
+        "helloworld.Greeter/SayHello"
+    );
+    assert_eq!(key("\"global\"").extract(&req).unwrap(), "global");
+    assert_eq!(
+        key("[\"header:x-api-key\", \"ip\"]").extract(&req).unwrap(),
+        "k%7C1|2001:db8:1:2::/64"
+    );
+    assert_eq!(
+        key("[\"grpc-method\", \"client-ip\", \"global\"]")
+            .extract(&req)
+            .unwrap(),
+        "helloworld.Greeter/SayHello|2001:db8:1:2::/64|global"
+    );
+    // client-ip believes the proxy.
+    let text = "key = \"client-ip\"\ntrusted_proxies = [\"2001:db8::/32\"]\nforwarded_header = \"x-forwarded-for\"\nipv6_prefix = 128\npolicies = [\"gcra:limit=5,period=1s\"]\n";
+    let k = LayerConfig::from_toml("t.toml", text)
+        .unwrap()
+        .key()
+        .clone();
+    req.headers_mut()
+        .insert("x-forwarded-for", "192.0.2.9".parse().unwrap());
+    assert_eq!(k.extract(&req).unwrap(), "192.0.2.9");
+    assert!(err("key = [\"ip\", \"ip\"]\n").contains("key source \"ip\" is given twice"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn settings_reach_the_layer() {
+    let text = r#"
+key = "header:x-api-key"
+on_missing_key = { key = "anonymous" }
+action = "shadow"
+cost = 3
+policies = [{ algorithm = "fixed-window", limit = 6, period = "1h", name = "api" }]
+[backend]
+failure = "closed"
+max_keys = 10
+"#;
+    let config = LayerConfig::from_toml("t.toml", text).unwrap();
+    assert_eq!(config.failure_policy(), FailurePolicy::Closed);
+    let layer = config.builder().build().unwrap();
+    let mut svc = layer.clone().layer(inner());
+    // Shadow: all admitted, but the third request without a key would have been denied
+    // (cost 3 against 6 per hour under the shared key "anonymous").
+    for _ in 0..3 {
+        assert_eq!(
+            status(&mut svc, request("GET", "/", "192.0.2.1:1")).await,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(layer.shadow_denied(), 1);
+}

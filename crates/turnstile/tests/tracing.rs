@@ -1,0 +1,198 @@
+//! The span of each check: key hashed by default (plain or hidden on request), policies,
+//! outcome and backend latency; the shadow log keys follow the same setting.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response};
+use tower::{Layer, Service, ServiceExt};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use turnstile::key::KeyLogging;
+use turnstile::{Action, Policy, RateLimitLayer};
+
+type Fields = BTreeMap<String, String>;
+
+/// Collects every closed span's fields, and every event's, by name.
+#[derive(Clone, Default)]
+struct Capture {
+    spans: Arc<Mutex<Vec<(String, Fields)>>>,
+    events: Arc<Mutex<Vec<(String, Fields)>>>,
+}
+
+struct Fieldset(Fields);
+
+impl Visit for Fieldset {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut f = Fieldset(Fields::new());
+        attrs.record(&mut f);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(f.0);
+        }
+    }
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            let mut ext = span.extensions_mut();
+            if let Some(fields) = ext.get_mut::<Fields>() {
+                let mut f = Fieldset(std::mem::take(fields));
+                values.record(&mut f);
+                *fields = f.0;
+            }
+        }
+    }
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut f = Fieldset(Fields::new());
+        event.record(&mut f);
+        self.events
+            .lock()
+            .unwrap()
+            .push((event.metadata().target().to_owned(), f.0));
+    }
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id) {
+            let fields = span
+                .extensions()
+                .get::<Fields>()
+                .cloned()
+                .unwrap_or_default();
+            self.spans
+                .lock()
+                .unwrap()
+                .push((span.name().to_owned(), fields));
+        }
+    }
+}
+
+fn request(peer: &str) -> Request<()> {
+    let mut r = Request::new(());
+    r.extensions_mut()
+        .insert(peer.parse::<SocketAddr>().unwrap());
+    r
+}
+
+/// Sends `n` requests from 192.0.2.1 through `layer` under a capturing subscriber.
+async fn run<B, K>(layer: RateLimitLayer<B, K>, n: usize) -> Capture
+where
+    B: turnstile::Backend,
+    K: turnstile::KeyExtractor,
+{
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let inner = tower::service_fn(|_r: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    });
+    let mut svc = layer.layer(inner);
+    for _ in 0..n {
+        let _ = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("192.0.2.1:1"))
+            .await;
+    }
+    capture
+}
+
+fn policy() -> Policy {
+    "fixed-window:limit=1,period=1h,name=per-ip"
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_span_per_check_with_a_hashed_key() {
+    let capture = run(RateLimitLayer::new(policy()), 2).await;
+    let spans = capture.spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let hashed = format!("{:016x}", KeyLogging::hash("192.0.2.1"));
+    for (name, fields) in &spans {
+        assert_eq!(name, "rate_limit_check");
+        assert_eq!(fields["key"], hashed);
+        assert_eq!(fields["policies"], "per-ip");
+        assert_eq!(fields["cost"], "1");
+        assert_eq!(fields["applied"], "defaults");
+        assert!(fields["backend_us"].parse::<u64>().is_ok(), "{fields:?}");
+    }
+    assert_eq!(spans[0].1["outcome"], "allowed");
+    assert_eq!(spans[1].1["outcome"], "denied");
+    assert!(spans[1].1["retry_after_ms"].parse::<u64>().unwrap() > 0);
+    // The denial is a DEBUG event inside the span; the plain key appears nowhere.
+    let events = capture.events.lock().unwrap().clone();
+    assert!(events
+        .iter()
+        .any(|(_, f)| f.get("message").is_some_and(|m| m.contains("denied"))));
+    for (_, fields) in spans.iter().chain(events.iter()) {
+        assert!(
+            fields.values().all(|v| !v.contains("192.0.2.1")),
+            "{fields:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn keys_plain_or_hidden_on_request() {
+    let plain = RateLimitLayer::builder()
+        .policy(policy())
+        .log_keys(KeyLogging::Plain)
+        .build()
+        .unwrap();
+    let capture = run(plain, 1).await;
+    assert_eq!(capture.spans.lock().unwrap()[0].1["key"], "192.0.2.1");
+
+    let hidden = RateLimitLayer::builder()
+        .policy(policy())
+        .log_keys(KeyLogging::Hidden)
+        .build()
+        .unwrap();
+    let capture = run(hidden, 1).await;
+    assert_eq!(capture.spans.lock().unwrap()[0].1["key"], "hidden");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_shadow_log_hashes_keys_too() {
+    let shadow = RateLimitLayer::builder()
+        .policy(policy())
+        .action(Action::Shadow)
+        .build()
+        .unwrap();
+    let capture = run(shadow, 2).await;
+    let events = capture.events.lock().unwrap().clone();
+    let logged: Vec<&Fields> = events
+        .iter()
+        .filter(|(target, _)| target == "turnstile::shadow")
+        .map(|(_, f)| f)
+        .collect();
+    assert_eq!(logged.len(), 1);
+    assert_eq!(
+        logged[0]["key"],
+        format!("{:016x}", KeyLogging::hash("192.0.2.1"))
+    );
+    let spans = capture.spans.lock().unwrap().clone();
+    assert_eq!(spans[1].1["outcome"], "shadow_denied");
+}
+
+#[test]
+fn the_hash_is_stable() {
+    // FNV-1a 64: the same on every build and platform.
+    assert_eq!(KeyLogging::hash(""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(KeyLogging::hash("a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(
+        KeyLogging::Hashed.display("a").to_string(),
+        "af63dc4c8601ec8c"
+    );
+}

@@ -1,0 +1,96 @@
+//! The `metrics` example, served for real on 127.0.0.1 and asked over TCP: `/metrics`
+//! answers with turnstile's metrics after real traffic, and is not itself limited. (Its own
+//! test binary: the Prometheus recorder is global to the process.)
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[allow(dead_code)]
+#[path = "../metrics.rs"]
+mod metrics_example;
+
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    addr
+}
+
+/// One HTTP/1.1 request over a fresh connection: (status, body).
+async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text[9..12].parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// The sample of `series` (name and labels exactly as rendered) in Prometheus text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_scraped_after_real_traffic() {
+    let handle = metrics_example::install_recorder().unwrap();
+    let addr = serve(metrics_example::app(handle).unwrap()).await;
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        statuses.push(http(addr, "GET", "/").await.0);
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429]
+    );
+    // /metrics is not limited: scrape it more often than the limit allows.
+    let mut body = String::new();
+    for _ in 0..12 {
+        let (status, b) = http(addr, "GET", "/metrics").await;
+        assert_eq!(status, 200);
+        body = b;
+    }
+    let decisions = |outcome: &str| {
+        sample(
+            &body,
+            &format!("turnstile_decisions_total{{policy=\"per-ip\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert_eq!(decisions("allowed"), Some(10.0), "{body}");
+    assert_eq!(decisions("denied"), Some(2.0), "{body}");
+    assert_eq!(
+        sample(&body, "turnstile_backend_check_duration_seconds_count"),
+        Some(12.0),
+        "{body}"
+    );
+    assert!(
+        body.contains("turnstile_backend_check_duration_seconds_bucket{le=\"0.0001\"}"),
+        "{body}"
+    );
+    assert!(body.contains("# HELP turnstile_decisions_total "), "{body}");
+    assert!(
+        !body.contains("127.0.0.1"),
+        "no client key in the metrics: {body}"
+    );
+}
