@@ -259,6 +259,7 @@ impl<C> MemoryBackend<C> {
             dropped += before - shard.map.len();
         }
         self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
+        keys_gauge(-(dropped as f64));
         dropped
     }
 
@@ -592,12 +593,14 @@ impl<C> MemoryBackend<C> {
         let dropped = shard.sweep(now_ms, n);
         if dropped > 0 {
             self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
+            keys_gauge(-(dropped as f64));
         }
     }
 
     /// Reserves room for one more key, dropping the shard's expired keys first when at the cap.
     fn reserve_key(&self, shard: &mut Shard, now_ms: u64) -> Result<(), BackendError> {
         let keys = &self.inner.keys;
+        keys_gauge(1.0);
         let Some(max) = self.inner.max_keys else {
             keys.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -623,6 +626,7 @@ impl<C> MemoryBackend<C> {
         if reserve() {
             return Ok(());
         }
+        keys_gauge(-1.0);
         Err(BackendError::CapacityExceeded { max_keys: max })
     }
 }
@@ -690,6 +694,14 @@ impl Shard {
         }
         dropped
     }
+}
+
+/// Moves the `turnstile_memory_keys` gauge (feature `metrics`): several in-memory backends in
+/// one process add up.
+#[inline]
+fn keys_gauge(_delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("turnstile_memory_keys").increment(_delta);
 }
 
 /// Locks a shard. A poisoned lock (a panic elsewhere while it was held) is taken over: every

@@ -701,6 +701,8 @@ impl<C: Clock> RedisBackend<C> {
         if let Some((cache, fp)) = cached {
             if let Some(decision) = cache.lookup(&key, fp, cost, sent_ns) {
                 inner.stats.deny_cache_hits.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                metrics::counter!("turnstile_deny_cache_hits_total").increment(1);
                 return Ok(decision);
             }
         }
@@ -743,6 +745,11 @@ impl<C: Clock> RedisBackend<C> {
                 .store(local_now.saturating_add(retry_ms), Ordering::Relaxed);
         }
         if local_now >= down_until && !inner.incident.swap(true, Ordering::Relaxed) {
+            #[cfg(feature = "metrics")]
+            if inner.on_failure == OnFailure::LocalFallback {
+                metrics::counter!("turnstile_fallback_activations_total", "kind" => error.kind())
+                    .increment(1);
+            }
             tracing::warn!(
                 error = %error,
                 kind = error.kind(),
@@ -756,6 +763,8 @@ impl<C: Clock> RedisBackend<C> {
                     .stats
                     .fallback_decisions
                     .fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                metrics::counter!("turnstile_fallback_decisions_total").increment(1);
                 let now = now_ms.unwrap_or_else(|| inner.fallback.clock().now_ms());
                 inner.fallback.decide_limits_at(&key, &limits, cost, now)
             }

@@ -67,6 +67,10 @@ mod response;
 mod rule;
 mod service;
 
+/// The Redis backend (feature `redis`): the `turnstile-redis` crate.
+#[cfg(feature = "redis")]
+pub use turnstile_redis as redis;
+
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
