@@ -38,7 +38,7 @@ fn run(
                 let mut now = 1_700_000_000_000u64;
                 for i in 0..per_thread {
                     let key = &keys[(i as usize * 7 + t * 13) % keys.len()];
-                    now += (i & 1) as u64;
+                    now += i & 1;
                     black_box(backend.decide_at(key, policies, 1, now).ok());
                 }
             });

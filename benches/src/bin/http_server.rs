@@ -1,0 +1,102 @@
+//! The HTTP servers `scripts/bench-http.sh` loads with wrk: an axum hello-world alone, behind
+//! turnstile's `RateLimitLayer` (in memory, nothing denied), or behind tower_governor's
+//! `GovernorLayer`.
+//!
+//! ```text
+//! cargo run --release -p turnstile-benches --bin http_server -- --mode turnstile --port 8080
+//! ```
+//!
+//! Every limiter keys by the peer IP (one hot key under a local load generator) with a quota
+//! far above what one core can serve (10^9 per second, burst 10^9), so nothing is denied
+//! and every request goes through the limiter's writing path. It prints
+//! `listening on 127.0.0.1:PORT` once it accepts connections.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::{routing::get, Router};
+use clap::{Parser, ValueEnum};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+use turnstile::{Policy, RateLimitLayer};
+
+/// Which stack serves `GET /`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// axum alone.
+    Bare,
+    /// axum behind turnstile's `RateLimitLayer` (defaults: `RateLimit` headers on every response).
+    Turnstile,
+    /// As `turnstile`, without headers on admitted responses (`headers_on_allowed(false)`).
+    TurnstileNoHeaders,
+    /// axum behind tower_governor's `GovernorLayer` (defaults: no headers).
+    TowerGovernor,
+}
+
+/// Serves an axum hello-world on 127.0.0.1 for load tests.
+#[derive(Parser, Debug)]
+struct Args {
+    /// The stack to serve.
+    #[arg(long, value_enum)]
+    mode: Mode,
+    /// TCP port (0: any free port; the one chosen is printed).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Tokio worker threads; 0 for the current-thread runtime. Default: one per CPU the
+    /// process may run on (under `taskset -c N`: one).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+/// Requests per second of every quota (and its burst): 10^9, never reached.
+const RATE: u64 = 1_000_000_000;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let runtime = match args.workers {
+        Some(0) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let app = Router::new().route("/", get(|| async { "Hello, World!" }));
+    let app = match args.mode {
+        Mode::Bare => app,
+        Mode::Turnstile | Mode::TurnstileNoHeaders => {
+            let policy = Policy::token_bucket(RATE, Duration::from_secs(1))?.with_name("per-ip")?;
+            let layer = RateLimitLayer::builder()
+                .policy(policy)
+                .headers_on_allowed(args.mode == Mode::Turnstile)
+                .build()?;
+            app.layer(layer)
+        }
+        Mode::TowerGovernor => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::try_from(RATE)?)
+                .finish()
+                .ok_or("invalid tower_governor configuration")?;
+            app.layer(GovernorLayer::new(config))
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
+    println!("listening on {}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! The Redis load generator `scripts/bench-redis.sh` runs: decisions through `RedisBackend`
+//! from N concurrent tasks, or the composed check script for `redis-benchmark`.
+//!
+//! ```text
+//! redis_bench script > check.lua            # turnstile_redis::CHECK_SCRIPT, verbatim
+//! redis_bench run --url redis://127.0.0.1:6379 --concurrency 64 --duration-ms 5000
+//! redis_bench run --url ... --concurrency 64 --flood --deny-cache off
+//! ```
+//!
+//! `run` prints one line of `name=value` fields: decisions, decisions per second, latency
+//! percentiles (µs, each decision timed from its call to its answer), how many were admitted
+//! and denied, and the backend's own count of Redis calls. Errors are not hidden: the backend
+//! runs with `OnFailure::ReturnError` (a local fallback would decide in memory and inflate
+//! the rate), and any error fails the run.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use turnstile_core::{Backend, Policy};
+use turnstile_redis::{OnFailure, RedisBackend, CHECK_SCRIPT};
+
+/// Loads Redis through turnstile's `RedisBackend`.
+#[derive(Parser, Debug)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Prints the composed check script (`turnstile_redis::CHECK_SCRIPT`).
+    Script,
+    /// Runs checks from concurrent tasks and prints the figures.
+    Run(Run),
+}
+
+/// Whether the backend's local deny cache is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    /// The backend's default deny cache (`RedisBackendBuilder::deny_cache`, 1 s cap).
+    On,
+    /// No deny cache: every check is one Redis call.
+    Off,
+}
+
+#[derive(Parser, Debug)]
+struct Run {
+    /// Redis URL.
+    #[arg(long)]
+    url: String,
+    /// Concurrent tasks, each checking one request at a time.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// The connection pool's size (default: the concurrency, one connection per task, as
+    /// redis-benchmark opens one per client; 0: the backend's default pool).
+    #[arg(long)]
+    pool: Option<usize>,
+    /// Measured time in ms (after a 500 ms warm-up).
+    #[arg(long, default_value_t = 5000)]
+    duration_ms: u64,
+    /// Distinct client keys, walked by every task (ignored with --flood).
+    #[arg(long, default_value_t = 10_000)]
+    keys: usize,
+    /// The policy of every check. Default: a token bucket that admits everything (1 per
+    /// second, burst 10^9: each key's state stays in Redis, so every check reads, decides and
+    /// writes it); with --flood: 10 per second.
+    #[arg(long)]
+    policy: Option<String>,
+    /// One key far over its limit from every task.
+    #[arg(long)]
+    flood: bool,
+    /// The local deny cache.
+    #[arg(long, value_enum, default_value_t = Switch::Off)]
+    deny_cache: Switch,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    match Args::parse().command {
+        Command::Script => {
+            std::io::stdout().write_all(CHECK_SCRIPT.as_bytes())?;
+            Ok(())
+        }
+        Command::Run(run) => bench(run).await,
+    }
+}
+
+/// What one task measured.
+#[derive(Default)]
+struct Tally {
+    latencies_ns: Vec<u64>,
+    allowed: u64,
+    denied: u64,
+}
+
+async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
+    let spec = run.policy.clone().unwrap_or_else(|| {
+        if run.flood {
+            "token-bucket:limit=10,period=1s,name=flood".to_owned()
+        } else {
+            "token-bucket:limit=1,period=1s,burst=1000000000,name=bench".to_owned()
+        }
+    });
+    let policies: Arc<[Policy]> = Arc::from([spec.parse::<Policy>()?]);
+    // The default prefix and hashed keys: the key names redis-benchmark is given have the
+    // same shape and length.
+    let mut builder = RedisBackend::builder(run.url.clone())
+        .on_failure(OnFailure::ReturnError)
+        // Long enough that a loaded single core never times a call out.
+        .timeout(Duration::from_secs(10));
+    match run.pool {
+        Some(0) => {}
+        Some(n) => builder = builder.pool_size(n),
+        None => builder = builder.pool_size(run.concurrency.max(1)),
+    }
+    builder = match run.deny_cache {
+        // The backend's default: on, capped at DEFAULT_DENY_CACHE_MAX.
+        Switch::On => builder,
+        Switch::Off => builder.deny_cache(None),
+    };
+    let backend = builder.build()?;
+    let keys: Arc<[String]> = if run.flood {
+        Arc::from(["flood".to_owned()])
+    } else {
+        (0..run.keys.max(1))
+            .map(|i| format!("client-{i}"))
+            .collect()
+    };
+
+    // Warm-up: connections opened, the script loaded, keys written.
+    phase(
+        &backend,
+        &policies,
+        &keys,
+        run.concurrency,
+        Duration::from_millis(500),
+    )
+    .await?;
+    let before = backend.stats();
+    let t0 = Instant::now();
+    let tallies = phase(
+        &backend,
+        &policies,
+        &keys,
+        run.concurrency,
+        Duration::from_millis(run.duration_ms),
+    )
+    .await?;
+    let secs = t0.elapsed().as_secs_f64();
+    let after = backend.stats();
+
+    let mut lat: Vec<u64> = Vec::new();
+    let (mut allowed, mut denied) = (0, 0);
+    for t in tallies {
+        lat.extend(t.latencies_ns);
+        allowed += t.allowed;
+        denied += t.denied;
+    }
+    lat.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+        lat[i] as f64 / 1000.0
+    };
+    let n = lat.len() as u64;
+    let calls = after.redis_calls - before.redis_calls;
+    println!(
+        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} backend_redis_calls={calls} deny_cache_hits={} fallback={}",
+        n as f64 / secs,
+        pct(0.50),
+        pct(0.99),
+        after.deny_cache_hits - before.deny_cache_hits,
+        after.fallback_decisions - before.fallback_decisions,
+    );
+    Ok(())
+}
+
+/// Runs `concurrency` tasks for `dur`, each checking one request at a time, walking `keys`.
+async fn phase(
+    backend: &RedisBackend,
+    policies: &Arc<[Policy]>,
+    keys: &Arc<[String]>,
+    concurrency: usize,
+    dur: Duration,
+) -> Result<Vec<Tally>, Box<dyn std::error::Error>> {
+    let deadline = Instant::now() + dur;
+    let mut tasks = Vec::new();
+    for t in 0..concurrency.max(1) {
+        let (backend, policies, keys) = (backend.clone(), Arc::clone(policies), Arc::clone(keys));
+        tasks.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            let mut i = t.wrapping_mul(7919);
+            loop {
+                let start = Instant::now();
+                if start >= deadline {
+                    return Ok::<_, turnstile_core::BackendError>(tally);
+                }
+                let key = &keys[i % keys.len()];
+                i = i.wrapping_add(1);
+                let d = backend.check(key, &policies, 1).await?;
+                tally
+                    .latencies_ns
+                    .push(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                if d.allowed() {
+                    tally.allowed += 1;
+                } else {
+                    tally.denied += 1;
+                }
+            }
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await??);
+    }
+    Ok(out)
+}

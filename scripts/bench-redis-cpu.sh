@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Redis CPU per decision of each single-policy turnstile script next to the plain GCRA script
+# /work/shared/bench/gcra.lua (../shared/bench/gcra.lua from the repository; GCRA_LUA
+# overrides the path), used verbatim, measured the same way in the same run, as
+# ../shared/bench/README.md describes:
+#   CONFIG RESETSTAT; redis-benchmark -c 50 -n N -P 16 -r 10000 evalsha SHA 1 KEY ARGS...;
+#   INFO commandstats -> cmdstat_evalsha usec_per_call
+# Every policy admits everything, so the writing path is measured: buckets 1 per second with
+# a burst of 10^9 (as gcra.lua's ARGS 1000000 1000000000 1), windows 10^9 per hour. A script
+# that only returns 1 gives the floor, and "defs-only" (the composed script's definitions,
+# then return 1) what turnstile's scripts pay before deciding anything. ROUNDS rounds (default 5), scripts in alternating
+# order; REQUESTS calls each (default 100000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+
+ROUNDS="${ROUNDS:-5}"
+REQUESTS="${REQUESTS:-100000}"
+GCRA_LUA="${GCRA_LUA:-}"
+if [ -z "$GCRA_LUA" ]; then
+  for f in ../shared/bench/gcra.lua /work/shared/bench/gcra.lua; do
+    [ -f "$f" ] && { GCRA_LUA=$f; break; }
+  done
+fi
+[ -f "$GCRA_LUA" ] || { echo "$0: gcra.lua not found; set GCRA_LUA=/path/to/gcra.lua" >&2; exit 1; }
+
+need taskset util-linux
+cargo build --release -q -p turnstile-benches --bin redis_bench
+OUT=$(mktemp -d)
+start_redis
+trap 'stop_redis; rm -rf "$OUT"' EXIT
+R=(redis-cli -p "$REDIS_PORT")
+"${CARGO_TARGET_DIR:-target}/release/redis_bench" script >"$OUT/check.lua"
+CHECK=$("${R[@]}" -x SCRIPT LOAD <"$OUT/check.lua")
+GCRA=$("${R[@]}" -x SCRIPT LOAD <"$GCRA_LUA")
+EMPTY=$("${R[@]}" SCRIPT LOAD 'return 1')
+# For the analysis: the composed script's definitions alone (prelude.lua and the algorithm
+# pieces, everything before check.lua's body), then `return 1` — what every call pays before
+# it decides anything.
+awk '/^-- turnstile: one atomic call for one client key/ { exit } { print }' "$OUT/check.lua" >"$OUT/defs.lua"
+echo 'return 1' >>"$OUT/defs.lua"
+DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
+
+# turnstile's arguments for one policy (lua/check.lua's header), 32-character client keys
+# like the backend's hashed ones; ALG: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed
+# window, 5 sliding log, 6 sliding window.
+TAG='00000000000000000000__rand_int__'
+targs() {  # alg limit period_ms capacity
+  echo "$CHECK 1 turnstile:v1:{$TAG}~cfg '' 1 0 defaults check turnstile:v1:{$TAG} 1 '' 1 $1 $2 $3 $4 p"
+}
+NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window)
+declare -A CMD=(
+  [empty]="$EMPTY 0"
+  [defs-only]="$DEFS 0"
+  [gcra.lua]="$GCRA 1 k:__rand_int__ 1000000 1000000000 1"
+  [token-bucket]="$(targs 1 1 1000 1000000000)"
+  [gcra]="$(targs 2 1 1000 1000000000)"
+  [leaky-bucket]="$(targs 3 1 1000 1000000000)"
+  [fixed-window]="$(targs 4 1000000000 3600000 1000000000)"
+  [sliding-log]="$(targs 5 1000000000 3600000 1000000000)"
+  [sliding-window]="$(targs 6 1000000000 3600000 1000000000)"
+)
+
+# Every invocation admits (probe on a key of its own).
+for name in "${NAMES[@]}"; do
+  read -r -a argv <<<"${CMD[$name]//__rand_int__/probe}"
+  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
+  reply=$("${R[@]}" EVALSHA "${argv[@]}" | tr '\n' ' ')
+  case $name in
+    empty|defs-only) ok=$([ "$reply" = "1 " ] && echo y) ;;
+    gcra.lua) ok=$(awk '{ if ($1 == 1) print "y" }' <<<"$reply") ;;
+    *) ok=$(awk '{ if ($10 == 1) print "y" }' <<<"$reply") ;;  # empty tier name: no field
+  esac
+  [ "$ok" = y ] || { echo "$0: the $name invocation does not admit: $reply" >&2; exit 1; }
+done
+
+once() {  # name: sets LINE "usec_per_call rps" and FOREIGN
+  local name=$1 argv i
+  read -r -a argv <<<"${CMD[$name]}"
+  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
+  wait_quiet
+  "${R[@]}" CONFIG RESETSTAT >/dev/null
+  measure_begin "$REDIS_PID"
+  taskset -c "$CLIENT_CPU" redis-benchmark -p "$REDIS_PORT" -c 50 -n "$REQUESTS" -P 16 -r 10000 --csv \
+    evalsha "${argv[@]}" >"$OUT/rb.txt"
+  measure_end "$REDIS_PID"
+  local usec rps
+  usec=$("${R[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
+  rps=$(tail -1 "$OUT/rb.txt" | tr -d '"' | cut -d, -f2)
+  LINE="$usec $rps"
+}
+
+machine
+echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on CPU $SERVER_CPU, redis-benchmark -c 50 -n $REQUESTS -P 16 -r 10000 on CPU $CLIENT_CPU; $ROUNDS rounds"
+echo "# gcra.lua: $GCRA_LUA (sha $GCRA); turnstile check script sha $CHECK"
+for round in $(seq "$ROUNDS"); do
+  if [ $((round % 2)) = 1 ]; then order=("${NAMES[@]}"); else order=(); for ((i=${#NAMES[@]}-1; i>=0; i--)); do order+=("${NAMES[i]}"); done; fi
+  for name in "${order[@]}"; do
+    best_f=1000000; best=
+    for try in $(seq "$TRIES"); do
+      once "$name"
+      if [ "$FOREIGN" -lt "$best_f" ]; then best_f=$FOREIGN; best=$LINE; fi
+      [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break
+    done
+    mark=; [ "$best_f" -gt "$FOREIGN_MAX" ] && mark='*'
+    echo "$best" >>"$OUT/$name"
+    read -r usec rps <<<"$best"
+    printf '  round %d  %-16s %7.2f us/call  %9.0f calls/s  (foreign CPU %d%%%s)\n' "$round" "$name" "$usec" "$rps" "$best_f" "$mark"
+  done
+done
+
+echo
+echo "Redis CPU per decision (INFO commandstats usec_per_call), median (min-max) over rounds:"
+printf '%-16s %-26s %-26s %-26s\n' script "us per call" "ratio to gcra.lua (paired)" "calls/s (redis-benchmark)"
+for name in "${NAMES[@]}"; do
+  printf '%-16s %-26s %-26s %-26s\n' "$name" "$(cut -d' ' -f1 "$OUT/$name" | stats %.2f)" \
+    "$(paste -d' ' "$OUT/$name" "$OUT/gcra.lua" | awk '{ print $1 / $3 }' | stats %.2f)" \
+    "$(cut -d' ' -f2 "$OUT/$name" | stats)"
+done
+echo "  goal: each single-policy turnstile script at or below gcra.lua (ratio <= 1.00)"
