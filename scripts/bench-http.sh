@@ -4,7 +4,8 @@
 # loaded by wrk on loopback. The server is pinned to one CPU and wrk to the other (taskset);
 # ROUNDS rounds (default 5), the stacks in alternating order, DURATION each (default 5s) after
 # a 1 s warm-up, CONNECTIONS connections (default 64) from one wrk thread. Prints requests/s
-# and p99 latency per stack (median, min-max over rounds) and the paired ratios (same round).
+# and p99 latency per stack (median, min-max over rounds) and the paired ratios (same round),
+# over the rounds other processes did not disturb (see scripts/bench-lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -58,7 +59,7 @@ once() {
 }
 
 # run MODE ROUND: up to TRIES runs until one had at most FOREIGN_MAX % foreign CPU; appends
-# "rps p99_us" of the kept one to $OUT/MODE.
+# "rps p99_us foreign%" of the kept one to $OUT/MODE.
 run() {
   local mode=$1 round=$2 try best_f=1000000 best mark=''
   for try in $(seq "$TRIES"); do
@@ -67,7 +68,7 @@ run() {
     [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break
   done
   [ "$best_f" -gt "$FOREIGN_MAX" ] && mark='*'
-  echo "$best" >>"$OUT/$mode"
+  echo "$best $best_f" >>"$OUT/$mode"
   read -r RPS P99 <<<"$best"
   printf '  round %d  %-22s %10.0f req/s  p99 %8.0f us  (foreign CPU %d%%%s, tries %d)\n' \
     "$round" "$mode" "$RPS" "$P99" "$best_f" "$mark" "$try"
@@ -80,16 +81,31 @@ for round in $(seq "$ROUNDS"); do
   for mode in "${order[@]}"; do run "$mode" "$round"; done
 done
 
+# The summaries use the undisturbed rounds (foreign CPU <= FOREIGN_MAX, for a ratio: both of
+# its runs) when there are at least 3 of them, else every round.
+col() {  # file column
+  awk -v m="$FOREIGN_MAX" -v c="$2" '{ v[NR] = $c; ok[NR] = ($3 <= m); n += ok[NR] }
+    END { for (i = 1; i <= NR; i++) if (n < 3 || ok[i]) print v[i] }' "$1"
+}
+ratio() {  # a b: paired ratio of requests/s
+  paste -d' ' "$OUT/$1" "$OUT/$2" | awk -v m="$FOREIGN_MAX" '{ r[NR] = $1 / $4; ok[NR] = ($3 <= m && $6 <= m); n += ok[NR] }
+    END { for (i = 1; i <= NR; i++) if (n < 3 || ok[i]) print r[i] }' | stats %.3f
+}
+clean() {  # a [b]: how many rounds the summary used
+  if [ $# = 1 ]; then col "$OUT/$1" 1 | wc -l
+  else paste -d' ' "$OUT/$1" "$OUT/$2" | awk -v m="$FOREIGN_MAX" '{ n += ($3 <= m && $6 <= m) } END { print (n < 3 ? NR : n) }'; fi
+}
+
 echo
-printf '%-22s %-32s %-28s\n' "stack" "requests/s median (min-max)" "p99 us median (min-max)"
+printf '%-22s %-32s %-28s %s\n' "stack" "requests/s median (min-max)" "p99 us median (min-max)" "rounds used"
 for mode in "${MODES[@]}"; do
-  printf '%-22s %-32s %-28s\n' "$mode" "$(cut -d' ' -f1 "$OUT/$mode" | stats)" "$(cut -d' ' -f2 "$OUT/$mode" | stats)"
+  printf '%-22s %-32s %-28s %s of %s\n' "$mode" "$(col "$OUT/$mode" 1 | stats)" "$(col "$OUT/$mode" 2 | stats)" "$(clean "$mode")" "$ROUNDS"
 done
 echo
-echo "paired ratios of requests/s (same round), median (min-max):"
-ratio() { paste -d' ' <(cut -d' ' -f1 "$OUT/$1") <(cut -d' ' -f1 "$OUT/$2") | awk '{ print $1 / $2 }' | stats %.3f; }
-printf '  %-40s %s   (goal >= 0.95)\n' "turnstile / bare" "$(ratio turnstile bare)"
-printf '  %-40s %s\n' "turnstile-no-headers / bare" "$(ratio turnstile-no-headers bare)"
-printf '  %-40s %s\n' "tower-governor / bare" "$(ratio tower-governor bare)"
-printf '  %-40s %s   (goal > 1)\n' "turnstile / tower-governor" "$(ratio turnstile tower-governor)"
-printf '  %-40s %s\n' "turnstile-no-headers / tower-governor" "$(ratio turnstile-no-headers tower-governor)"
+echo "paired ratios of requests/s (same round), median (min-max), rounds used:"
+pr() { printf '  %-40s %-24s %s of %s%s\n' "$1 / $2" "$(ratio "$1" "$2")" "$(clean "$1" "$2")" "$ROUNDS" "${3:-}"; }
+pr turnstile bare "   (goal >= 0.95)"
+pr turnstile-no-headers bare
+pr tower-governor bare
+pr turnstile tower-governor "   (goal > 1)"
+pr turnstile-no-headers tower-governor

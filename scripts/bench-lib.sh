@@ -1,5 +1,10 @@
 # Shared helpers of scripts/bench-*.sh (sourced, not run).
 
+# Interrupted or killed: exit, so each script's EXIT trap stops its servers and removes its
+# temporary files.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 # Two cores: keep parallel rustc jobs at two unless told otherwise.
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 
@@ -87,9 +92,9 @@ machine() {
 # disturbed try is kept and marked with '*').
 HZ=$(getconf CLK_TCK)
 QUIET_MAX="${QUIET_MAX:-10}"      # % of one CPU busy that still counts as quiet
-QUIET_WAIT="${QUIET_WAIT:-120}"   # give up waiting for quiet after this many seconds
+QUIET_WAIT="${QUIET_WAIT:-10}"    # give up waiting for quiet after this many seconds
 FOREIGN_MAX="${FOREIGN_MAX:-10}"  # % of one CPU of foreign load a kept run may have had
-TRIES="${TRIES:-3}"
+TRIES="${TRIES:-2}"
 
 # busy_ticks: the non-idle ticks of every CPU since boot.
 busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }

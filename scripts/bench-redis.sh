@@ -6,7 +6,8 @@
 # decision (INFO commandstats, evalsha calls before and after).
 #
 # A private redis-server (free port, no persistence) runs on one CPU, the load generators on
-# the other. ROUNDS rounds (default 5), the contenders in alternating order; DURATION_MS per
+# the other. Each RedisBackend run also reports the PINGs the server saw per decision (the
+# connection pool's health check). ROUNDS rounds (default 5), the contenders in alternating order; DURATION_MS per
 # RedisBackend run (default 4000), REQUESTS per redis-benchmark run (default 40000; 15000 for
 # one client).
 set -euo pipefail
@@ -41,7 +42,6 @@ ARGS=(1 "turnstile:v1:{$TAG}~cfg" '' 1 0 defaults check "turnstile:v1:{$TAG}" 1 
 "${R[@]}" EVALSHA "$SHA" 1 'turnstile:v1:{probe}~cfg' '' 1 0 defaults check 'turnstile:v1:{probe}' 1 '' 1 1 1 1000 1000000000 bench \
   | sed -n '6,12p' | tr '\n' ' ' | awk '{ if ($6 != 1) { print "the redis-benchmark invocation is not admitted: " $0; exit 1 } }'
 
-evalsha_calls() { "${R[@]}" INFO commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p' | tr -d '\r' | sed 's/^$/0/'; }
 field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p"; }
 
 # One measured run, on a quiet machine, retried while disturbed (see bench-lib.sh). Sets
@@ -52,7 +52,7 @@ turnstile_once() {  # concurrency [extra args]
   taskset -c "$CLIENT_CPU" "$BENCH" run --url "redis://127.0.0.1:$REDIS_PORT" --concurrency "$c" \
     --duration-ms "$DURATION_MS" "$@" >"$OUT/run.txt"
   measure_end "$REDIS_PID"
-  LINE="$(field per_sec <"$OUT/run.txt") $(field p50_us <"$OUT/run.txt") $(field p99_us <"$OUT/run.txt")"
+  LINE="$(field per_sec <"$OUT/run.txt") $(field p50_us <"$OUT/run.txt") $(field p99_us <"$OUT/run.txt") $(awk -v p="$(field ping_calls <"$OUT/run.txt")" -v d="$(field decisions <"$OUT/run.txt")" 'BEGIN { printf("%.2f", p / d) }')"
 }
 benchmark_once() {  # concurrency
   local c=$1 n=$REQUESTS
@@ -62,20 +62,20 @@ benchmark_once() {  # concurrency
     evalsha "$SHA" "${ARGS[@]}" >"$OUT/rb.txt"
   measure_end "$REDIS_PID"
   # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-  LINE=$(tail -1 "$OUT/rb.txt" | tr -d '"' | awk -F, '{ printf("%s %.1f %.1f\n", $2, $5 * 1000, $7 * 1000) }')
+  LINE=$(tail -1 "$OUT/rb.txt" | tr -d '"' | awk -F, '{ printf("%s %.1f %.1f 0\n", $2, $5 * 1000, $7 * 1000) }')
 }
 keep() {  # file label round: runs $ONCE until undisturbed, appends the kept LINE to file
-  local file=$1 label=$2 round=$3 try best best_f=1000000 mark="" a b c
+  local file=$1 label=$2 round=$3 try best best_f=1000000 mark="" a b c d
   for try in $(seq "$TRIES"); do
     "${ONCE[@]}"
     if [ "$FOREIGN" -lt "$best_f" ]; then best_f=$FOREIGN; best=$LINE; fi
     [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break
   done
   [ "$best_f" -gt "$FOREIGN_MAX" ] && mark='*'
-  echo "$best" >>"$file"
-  read -r a b c <<<"$best"
-  printf '  round %d  %-34s %9.0f /s  p50 %8.1f us  p99 %8.1f us  (foreign CPU %d%%%s)\n' \
-    "$round" "$label" "$a" "$b" "$c" "$best_f" "$mark"
+  echo "$best $best_f" >>"$file"
+  read -r a b c d <<<"$best"
+  printf '  round %d  %-34s %9.0f /s  p50 %8.1f us  p99 %8.1f us  PING/decision %s  (foreign CPU %d%%%s)\n' \
+    "$round" "$label" "$a" "$b" "$c" "$d" "$best_f" "$mark"
 }
 
 machine
@@ -98,16 +98,16 @@ done
 # The flood: one key, 10 per second, 64 tasks; deny cache off, then on (alternating).
 FLOOD_C="${FLOOD_CONCURRENCY:-64}"
 flood_once() {  # on|off
-  local before after
-  wait_quiet; before=$(evalsha_calls); measure_begin "$REDIS_PID"
+  wait_quiet; measure_begin "$REDIS_PID"
   taskset -c "$CLIENT_CPU" "$BENCH" run --url "redis://127.0.0.1:$REDIS_PORT" --concurrency "$FLOOD_C" \
     --duration-ms "$DURATION_MS" --flood --deny-cache "$1" >"$OUT/run.txt"
-  measure_end "$REDIS_PID"; after=$(evalsha_calls)
-  # The warm-up's calls are in the difference too: count the decisions of the warm-up as
-  # the backend saw them (its own call count covers the measured part only).
-  local d calls
-  d=$(field decisions <"$OUT/run.txt"); calls=$(field backend_redis_calls <"$OUT/run.txt")
-  LINE="$(field per_sec <"$OUT/run.txt") $(awk -v c="$calls" -v d="$d" 'BEGIN { printf("%.5f", c / d) }') $(field p99_us <"$OUT/run.txt") $((after - before)) $calls $d"
+  measure_end "$REDIS_PID"
+  # evalsha_calls: INFO commandstats before and after the measured part (the binary reads it
+  # on a connection of its own); backend_redis_calls: the backend's own count, a cross-check.
+  local d calls own
+  d=$(field decisions <"$OUT/run.txt"); calls=$(field evalsha_calls <"$OUT/run.txt")
+  own=$(field backend_redis_calls <"$OUT/run.txt")
+  LINE="$(field per_sec <"$OUT/run.txt") $(awk -v c="$calls" -v d="$d" 'BEGIN { printf("%.6f", c / d) }') $(field p99_us <"$OUT/run.txt") $calls $own $d"
 }
 echo "flood: one key, token bucket 10 per second, $FLOOD_C tasks, ${DURATION_MS} ms:"
 for round in $(seq "$ROUNDS"); do
@@ -115,31 +115,45 @@ for round in $(seq "$ROUNDS"); do
   for dc in $order; do
     ONCE=(flood_once "$dc")
     for try in $(seq "$TRIES"); do "${ONCE[@]}"; [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break; done
-    echo "$LINE" >>"$OUT/flood-$dc"
-    read -r rate cpd p99 info_calls calls d <<<"$LINE"
-    printf '  round %d  deny cache %-3s %10.0f decisions/s  %.5f Redis calls/decision (%d calls / %d decisions; INFO commandstats: %d evalsha incl. warm-up)  p99 %.1f us  (foreign CPU %d%%)\n' \
-      "$round" "$dc" "$rate" "$cpd" "$calls" "$d" "$info_calls" "$p99" "$FOREIGN"
+    echo "$LINE $FOREIGN" >>"$OUT/flood-$dc"
+    read -r rate cpd p99 calls own d <<<"$LINE"
+    printf '  round %d  deny cache %-3s %10.0f decisions/s  %.6f Redis calls/decision (INFO commandstats: %d evalsha / %d decisions; backend count %d)  p99 %.1f us  (foreign CPU %d%%)\n' \
+      "$round" "$dc" "$rate" "$cpd" "$calls" "$d" "$own" "$p99" "$FOREIGN"
   done
 done
 
+# The summaries use the undisturbed rounds (foreign CPU <= FOREIGN_MAX; for a ratio, both
+# runs of the pair) when there are at least 3 of them, else every round. The foreign share
+# is each line's last field.
+col() {  # file column
+  awk -v m="$FOREIGN_MAX" -v c="$2" '{ v[NR] = $c; ok[NR] = ($NF <= m); n += ok[NR] }
+    END { for (i = 1; i <= NR; i++) if (n < 3 || ok[i]) print v[i] }' "$1"
+}
+pair() {  # file_a col_a file_b col_b: a / b over the rounds both were undisturbed
+  paste -d'|' "$1" "$3" | awk -F'|' -v m="$FOREIGN_MAX" -v ca="$2" -v cb="$4" '{
+      na = split($1, a, " "); nb = split($2, b, " ")
+      r[NR] = a[ca] / b[cb]; ok[NR] = (a[na] <= m && b[nb] <= m); n += ok[NR] }
+    END { for (i = 1; i <= NR; i++) if (n < 3 || ok[i]) print r[i] }'
+}
+used() { wc -l | tr -d ' '; }
+
 echo
-echo "RedisBackend vs redis-benchmark EVALSHA of the same script (median (min-max) over rounds):"
-printf '%-6s %-36s %-36s %-24s %-24s %-22s\n' tasks "RedisBackend decisions/s" "redis-benchmark EVALSHA/s" "p50 us (RB | r-b)" "p99 us (RB | r-b)" "paired ratio RB/r-b"
+echo "RedisBackend vs redis-benchmark EVALSHA of the same script (median (min-max) over the undisturbed rounds):"
+printf '%-6s %-30s %-30s %-18s %-18s %-22s %s\n' tasks "RedisBackend decisions/s" "redis-benchmark EVALSHA/s" "p50 us (RB|r-b)" "p99 us (RB|r-b)" "paired ratio RB/r-b" "rounds used"
 for c in $CONCURRENCY; do
-  printf '%-6s %-36s %-36s %-24s %-24s %-22s\n' "$c" \
-    "$(cut -d' ' -f1 "$OUT/t$c" | stats)" "$(cut -d' ' -f1 "$OUT/b$c" | stats)" \
-    "$(cut -d' ' -f2 "$OUT/t$c" | stats %.0f | cut -d' ' -f1) | $(cut -d' ' -f2 "$OUT/b$c" | stats %.0f | cut -d' ' -f1)" \
-    "$(cut -d' ' -f3 "$OUT/t$c" | stats %.0f | cut -d' ' -f1) | $(cut -d' ' -f3 "$OUT/b$c" | stats %.0f | cut -d' ' -f1)" \
-    "$(paste -d' ' "$OUT/t$c" "$OUT/b$c" | awk '{ print $1 / $4 }' | stats %.3f)"
+  printf '%-6s %-30s %-30s %-18s %-18s %-22s %s of %s\n' "$c" \
+    "$(col "$OUT/t$c" 1 | stats)" "$(col "$OUT/b$c" 1 | stats)" \
+    "$(col "$OUT/t$c" 2 | stats | cut -d' ' -f1)|$(col "$OUT/b$c" 2 | stats | cut -d' ' -f1)" \
+    "$(col "$OUT/t$c" 3 | stats | cut -d' ' -f1)|$(col "$OUT/b$c" 3 | stats | cut -d' ' -f1)" \
+    "$(pair "$OUT/t$c" 1 "$OUT/b$c" 1 | stats %.3f)" "$(pair "$OUT/t$c" 1 "$OUT/b$c" 1 | used)" "$ROUNDS"
 done
 echo "  goal: RedisBackend >= 0.90 of redis-benchmark's EVALSHA rate at 64 tasks"
 echo
 echo "flood ($FLOOD_C tasks on one key):"
 for dc in off on; do
-  printf '  deny cache %-3s  decisions/s %-30s Redis calls/decision %-28s p99 us %s\n' "$dc" \
-    "$(cut -d' ' -f1 "$OUT/flood-$dc" | stats)" "$(cut -d' ' -f2 "$OUT/flood-$dc" | stats %.5f)" "$(cut -d' ' -f3 "$OUT/flood-$dc" | stats %.0f)"
+  printf '  deny cache %-3s  decisions/s %-30s Redis calls/decision %-30s p99 us %s\n' "$dc" \
+    "$(col "$OUT/flood-$dc" 1 | stats)" "$(col "$OUT/flood-$dc" 2 | stats %.6f)" "$(col "$OUT/flood-$dc" 3 | stats %.1f)"
 done
-printf '  cut in Redis calls per decision (off / on, paired): %s   (goal >= 10)\n' \
-  "$(paste -d' ' "$OUT/flood-off" "$OUT/flood-on" | awk '{ print $2 / $8 }' | stats %.0f)"
-printf '  decisions/s (on / off, paired): %s\n' \
-  "$(paste -d' ' "$OUT/flood-on" "$OUT/flood-off" | awk '{ print $1 / $7 }' | stats %.1f)"
+printf '  cut in Redis calls per decision (off / on, paired): %s over %s of %s rounds   (goal >= 10)\n' \
+  "$(pair "$OUT/flood-off" 2 "$OUT/flood-on" 2 | stats %.0f)" "$(pair "$OUT/flood-off" 2 "$OUT/flood-on" 2 | used)" "$ROUNDS"
+printf '  decisions/s (on / off, paired): %s\n' "$(pair "$OUT/flood-on" 1 "$OUT/flood-off" 1 | stats %.1f)"

@@ -16,9 +16,9 @@
 //! Environment: `ROUNDS` (default 5), `ROUND_MS` (time per contender per round, default 300),
 //! `ONLY` (comma-separated contenders to run: `tb`, `gcra`, `keyed`, `direct`; for profiling).
 //!
-//! The machine may be shared: each measurement waits (up to `QUIET_WAIT` s, default 120) until
+//! The machine may be shared: each measurement waits (up to `QUIET_WAIT` s, default 5) until
 //! the machine has been below `QUIET_MAX` % (default 10) of one CPU busy for 200 ms, and is
-//! retried (up to `TRIES` times in all, default 3) when other processes used more than
+//! retried (up to `TRIES` times in all, default 2) when other processes used more than
 //! `FOREIGN_MAX` % (default 10) of one CPU while it ran (from `/proc/stat` minus this
 //! process's own ticks); the least disturbed try is kept, and marked `*` if still disturbed.
 
@@ -111,7 +111,7 @@ fn own_ticks() -> Option<u64> {
 /// Waits until the machine is quiet (see the crate docs), at most `QUIET_WAIT` seconds.
 fn wait_quiet() {
     let max = env_or("QUIET_MAX", 10) as f64;
-    let deadline = Instant::now() + Duration::from_secs(env_or("QUIET_WAIT", 120));
+    let deadline = Instant::now() + Duration::from_secs(env_or("QUIET_WAIT", 5));
     while Instant::now() < deadline {
         let Some(b0) = busy_ticks() else { return };
         std::thread::sleep(Duration::from_millis(200));
@@ -124,7 +124,7 @@ fn wait_quiet() {
 
 /// As [`rate`], on a quiet machine, retried while disturbed: (rate, foreign % of one CPU).
 fn quiet_rate(decide: &Decide<'_>, keys: &[String], threads: usize, dur: Duration) -> (f64, f64) {
-    let tries = env_or("TRIES", 3).max(1);
+    let tries = env_or("TRIES", 2).max(1);
     let max = env_or("FOREIGN_MAX", 10) as f64;
     let mut best = (0.0, f64::INFINITY);
     for _ in 0..tries {

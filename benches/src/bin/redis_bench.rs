@@ -9,17 +9,20 @@
 //!
 //! `run` prints one line of `name=value` fields: decisions, decisions per second, latency
 //! percentiles (µs, each decision timed from its call to its answer), how many were admitted
-//! and denied, and the backend's own count of Redis calls. Errors are not hidden: the backend
+//! and denied, the server's counts of `EVALSHA` and `PING` calls over the measured part
+//! (`INFO commandstats` before and after, on a connection of its own) and the backend's own
+//! count of Redis calls. Errors are not hidden: the backend
 //! runs with `OnFailure::ReturnError` (a local fallback would decide in memory and inflate
 //! the rate), and any error fails the run.
 
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_core::{Backend, Policy};
-use turnstile_redis::{OnFailure, RedisBackend, CHECK_SCRIPT};
+use turnstile_redis::{redis, OnFailure, RedisBackend, CHECK_SCRIPT};
 
 /// Loads Redis through turnstile's `RedisBackend`.
 #[derive(Parser, Debug)]
@@ -138,6 +141,8 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(500),
     )
     .await?;
+    let info = InfoConn::open(&run.url).await?;
+    let stats_before = info.calls().await?;
     let before = backend.stats();
     let t0 = Instant::now();
     let tallies = phase(
@@ -150,6 +155,14 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     let secs = t0.elapsed().as_secs_f64();
     let after = backend.stats();
+    let stats_after = info.calls().await?;
+    let delta = |cmd: &str| {
+        stats_after.get(cmd).copied().unwrap_or(0) - stats_before.get(cmd).copied().unwrap_or(0)
+    };
+    let evalsha = delta("evalsha");
+    // Commands the client sends besides the script: deadpool-redis checks each connection it
+    // hands out with a pipelined UNWATCH + PING (one more round trip per check).
+    let ping = delta("ping");
 
     let mut lat: Vec<u64> = Vec::new();
     let (mut allowed, mut denied) = (0, 0);
@@ -169,7 +182,7 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     let n = lat.len() as u64;
     let calls = after.redis_calls - before.redis_calls;
     println!(
-        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} backend_redis_calls={calls} deny_cache_hits={} fallback={}",
+        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} evalsha_calls={evalsha} ping_calls={ping} backend_redis_calls={calls} deny_cache_hits={} fallback={}",
         n as f64 / secs,
         pct(0.50),
         pct(0.99),
@@ -177,6 +190,33 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
         after.fallback_decisions - before.fallback_decisions,
     );
     Ok(())
+}
+
+/// A connection of its own for `INFO commandstats`.
+struct InfoConn(redis::aio::MultiplexedConnection);
+
+impl InfoConn {
+    async fn open(url: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let client = redis::Client::open(url)?;
+        Ok(InfoConn(client.get_multiplexed_async_connection().await?))
+    }
+
+    /// Every command's `calls` from `INFO commandstats` (`cmdstat_<name>:calls=N,...`): what
+    /// the server ran, from any client. Only this benchmark uses its private server.
+    async fn calls(&self) -> Result<HashMap<String, u64>, Box<dyn std::error::Error>> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.0.clone())
+            .await?;
+        Ok(info
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let n = rest.split(',').next()?.parse().ok()?;
+                Some((name.to_owned(), n))
+            })
+            .collect())
+    }
 }
 
 /// Runs `concurrency` tasks for `dur`, each checking one request at a time, walking `keys`.
