@@ -20,7 +20,8 @@
 //! the machine has been below `QUIET_MAX` % (default 10) of one CPU busy for 200 ms, and is
 //! retried (up to `TRIES` times in all, default 2) when other processes used more than
 //! `FOREIGN_MAX` % (default 10) of one CPU while it ran (from `/proc/stat` minus this
-//! process's own ticks); the least disturbed try is kept, and marked `*` if still disturbed.
+//! process's own ticks); the least disturbed try is kept. The figures use the undisturbed
+//! rounds (for a ratio, the rounds where both runs were undisturbed) when at least 3 remain.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -238,31 +239,41 @@ fn main() {
             for (_, c) in &contenders {
                 rate(c, keys, threads, Duration::from_millis(50));
             }
-            let mut results: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
-            let mut disturbed = 0usize;
-            let mut worst = 0.0f64;
+            // Per contender, per round: (decisions per second, foreign % of one CPU).
+            let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); contenders.len()];
+            let max = env_or("FOREIGN_MAX", 10) as f64;
             for round in 0..rounds {
                 let n = contenders.len();
                 for j in 0..n {
                     // Alternate the order: forward on even rounds, backward on odd ones.
                     let idx = if round % 2 == 0 { j } else { n - 1 - j };
-                    let (r, foreign) = quiet_rate(&contenders[idx].1, keys, threads, dur);
-                    results[idx].push(r);
-                    worst = worst.max(foreign);
-                    if foreign > env_or("FOREIGN_MAX", 10) as f64 {
-                        disturbed += 1;
-                    }
+                    results[idx].push(quiet_rate(&contenders[idx].1, keys, threads, dur));
                 }
             }
+            // The undisturbed rounds (for a ratio: both runs of the round) when at least 3
+            // remain, else every round.
+            let undisturbed = |rows: Vec<(f64, bool)>| -> Vec<f64> {
+                let clean = rows.iter().filter(|(_, ok)| *ok).count();
+                rows.into_iter()
+                    .filter(|(_, ok)| clean < 3 || *ok)
+                    .map(|(v, _)| v)
+                    .collect()
+            };
             let ratio = |a: usize, b: usize| -> Option<String> {
                 let (ra, rb) = (results.get(a)?, results.get(b)?);
-                let r: Vec<f64> = ra.iter().zip(rb).map(|(x, y)| x / y).collect();
-                Some(fmt_ratio(stats(&r)))
+                let rows = ra
+                    .iter()
+                    .zip(rb)
+                    .map(|(x, y)| (x.0 / y.0, x.1 <= max && y.1 <= max))
+                    .collect();
+                Some(fmt_ratio(stats(&undisturbed(rows))))
             };
             let col = |i: usize| {
-                results
-                    .get(i)
-                    .map_or("-".to_owned(), |r| fmt_rate(stats(r)))
+                results.get(i).map_or("-".to_owned(), |r| {
+                    fmt_rate(stats(&undisturbed(
+                        r.iter().map(|x| (x.0, x.1 <= max)).collect(),
+                    )))
+                })
             };
             println!(
                 "{:<9} {:>3} {:<30} {:<30} {:<30} {:<30} {:<22} {:<22} {:<22}",
@@ -276,8 +287,14 @@ fn main() {
                 ratio(1, 2).unwrap_or_else(|| "-".into()),
                 ratio(0, 3).unwrap_or_else(|| "-".into()),
             );
+            let all: Vec<f64> = results.iter().flatten().map(|x| x.1).collect();
+            let disturbed = all.iter().filter(|f| **f > max).count();
             if disturbed > 0 {
-                println!("  * {disturbed} measurement(s) above had more than FOREIGN_MAX % of one CPU of other load (worst {worst:.0}%)");
+                let worst = all.iter().copied().fold(0.0, f64::max);
+                println!(
+                    "  * {disturbed} of {} measurements above had more than FOREIGN_MAX % of one CPU of other load (worst {worst:.0}%); the figures use the undisturbed rounds when at least 3 remain",
+                    all.len()
+                );
             }
         }
     }
