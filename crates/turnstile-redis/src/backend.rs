@@ -75,7 +75,12 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 enum Pool {
-    Single(deadpool_redis::Pool),
+    /// A single node: deadpool makes the connections; one multiplexed connection taken out
+    /// of it serves every call (pipelined), so no call pays the pool's recycling `PING`.
+    Single {
+        pool: deadpool_redis::Pool,
+        shared: std::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    },
     Cluster(cluster::Pool),
 }
 
@@ -251,7 +256,9 @@ impl<C> RedisBackendBuilder<C> {
         self
     }
 
-    /// The connection pool's maximum size (default: deadpool's, 4 × the CPU count).
+    /// The connection pool's maximum size (default: deadpool's, 4 × the CPU count). On a single
+    /// node every call shares one multiplexed (pipelined) connection taken from the pool,
+    /// replaced when it breaks; a Cluster uses the pool per call.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = Some(size.max(1));
         self
@@ -339,11 +346,12 @@ impl<C> RedisBackendBuilder<C> {
             if let Some(n) = self.pool_size {
                 builder = builder.max_size(n);
             }
-            Pool::Single(
-                builder
+            Pool::Single {
+                pool: builder
                     .build()
                     .map_err(|e| ConfigError::Url(e.to_string()))?,
-            )
+                shared: std::sync::Mutex::new(None),
+            }
         };
         Ok(RedisBackend {
             inner: Arc::new(Inner {
@@ -432,9 +440,33 @@ impl<C: Clock> RedisBackend<C> {
         inv: &redis::ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
         match &self.inner.pool {
-            Pool::Single(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                inv.invoke_async(&mut conn).await.map_err(redis_error)
+            Pool::Single { pool, shared } => {
+                let lock = || {
+                    shared
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                };
+                let cached = lock().clone();
+                let mut conn = match cached {
+                    Some(c) => c,
+                    None => {
+                        let c =
+                            deadpool_redis::Connection::take(pool.get().await.map_err(pool_error)?);
+                        *lock() = Some(c.clone());
+                        c
+                    }
+                };
+                inv.invoke_async(&mut conn).await.map_err(|e| {
+                    if e.is_io_error()
+                        || e.is_connection_dropped()
+                        || e.is_connection_refusal()
+                        || e.is_unrecoverable_error()
+                    {
+                        // A broken connection: the next call makes a new one.
+                        *lock() = None;
+                    }
+                    redis_error(e)
+                })
             }
             Pool::Cluster(pool) => {
                 let mut conn = pool.get().await.map_err(pool_error)?;
@@ -649,7 +681,7 @@ impl<C: Clock> RedisBackend<C> {
     /// # Errors
     /// [`BackendError::Connection`] when Redis cannot be reached.
     pub async fn delete_prefix(&self) -> Result<u64, BackendError> {
-        let Pool::Single(pool) = &self.inner.pool else {
+        let Pool::Single { pool, .. } = &self.inner.pool else {
             return Ok(0);
         };
         let mut conn = pool.get().await.map_err(pool_error)?;
