@@ -30,12 +30,30 @@ struct Args {
     /// A proxy network (CIDR, e.g. 10.0.0.0/8) trusted to report the client's address in
     /// Forwarded, X-Forwarded-For or X-Real-IP. Repeatable. Without it, every forwarding
     /// header is ignored and the key is the peer's address.
-    #[arg(long = "trusted-proxy", value_name = "CIDR")]
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
     trusted_proxies: Vec<IpNet>,
 }
 
+/// A CIDR (`10.0.0.0/8`) or a bare address (`10.1.2.3`, one host).
+fn parse_cidr(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s:?} is not a CIDR (10.0.0.0/8) or an IP address"))
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    // Errors as messages (their Display), not as Rust debug output.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("per_route: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

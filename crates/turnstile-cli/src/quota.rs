@@ -229,6 +229,14 @@ async fn limits_for(redis: &RedisBackend, key: &str, app: AppPolicies) -> Result
             ),
         });
     };
+    if let Some(t) = config.tier() {
+        if config.policies().is_none() && !tiers.iter().any(|(n, _)| n == t) {
+            // Say so rather than silently answer for the defaults.
+            eprintln!(
+                "turnstile quota: note: {key:?} is in tier {t:?}, whose policies were not given (--tier-policy {t}=SPEC); answering for the default policies, as a service that does not define that tier would"
+            );
+        }
+    }
     let mut limits = Limits::new(defaults).map_err(|e| e.to_string())?;
     for (name, ps) in tiers {
         limits = limits.with_tier(&name, ps).map_err(|e| e.to_string())?;

@@ -20,7 +20,7 @@
 //!
 //! What gives quota back — a reset, a refund, a raised override or tier — reaches this
 //! node's cache at once when it goes through this backend, and other nodes' caches within
-//! their cap (`RedisBackendBuilder::deny_cache_max`, 1 s by default): an entry is never kept
+//! their cap (`RedisBackendBuilder::deny_cache`, 1 s by default): an entry is never kept
 //! longer than that.
 
 use std::collections::HashMap;
