@@ -365,8 +365,11 @@ fn parse_forwarded(value: &str, chain: &mut Vec<Option<IpAddr>>) {
                     // Two `for=` in one element: ambiguous.
                     ok = false;
                 }
-                node = unquote(value.trim());
-                if node.is_none() {
+                let raw = value.trim();
+                node = unquote(raw);
+                // A port or an IPv6 address needs a quoted-string (RFC 7239, section 6):
+                // an unquoted `for=192.0.2.1:80` is malformed.
+                if node.is_none() || (!raw.starts_with('"') && raw.contains([':', '[', ']'])) {
                     ok = false;
                 }
             }
@@ -487,6 +490,16 @@ mod tests {
                 None
             ]
         );
+    }
+
+    #[test]
+    fn an_unquoted_port_or_ipv6_address_is_malformed() {
+        let mut c = Vec::new();
+        parse_forwarded(
+            r#"for=6.6.6.6:80, for=[2001:db8::1], for="6.6.6.6:80", for=7.7.7.7;;;"#,
+            &mut c,
+        );
+        assert_eq!(c, [None, None, Some(ip("6.6.6.6")), Some(ip("7.7.7.7"))]);
     }
 
     #[test]
