@@ -11,7 +11,8 @@
 //! spaces between fields. The common log format (the same without referer and user agent) is
 //! accepted too, and so is anything after the user agent (formats that extend combined, e.g.
 //! with `$request_time`), which is ignored. Every request is one [`Request`]: the key is the
-//! client address (the first field, as written), the time is the timestamp in ms since the
+//! client address (the first field) as the middleware's IP keys make it (IPv6 grouped by /64,
+//! IPv4-mapped addresses as IPv4; a host name as written), the time is the timestamp in ms since the
 //! Unix epoch (its offset applied; logs have whole seconds, so times are multiples of 1000) and
 //! the cost is 1.
 //!
@@ -25,6 +26,15 @@ use std::collections::BinaryHeap;
 use std::io::BufRead;
 
 use crate::trace::{Buffered, Request, TraceError};
+
+/// The key of a logged client address, as the middleware's IP keys make it: an IP address
+/// canonical (IPv4-mapped as IPv4, IPv6 grouped by its /64 network), anything else as written.
+fn client_key(address: String) -> String {
+    match address.parse() {
+        Ok(ip) => turnstile_core::ip_key(ip, turnstile_core::DEFAULT_IPV6_PREFIX),
+        Err(_) => address,
+    }
+}
 
 /// The default reorder window, in ms: 5 s.
 pub(crate) const DEFAULT_REORDER_WINDOW_MS: u64 = 5_000;
@@ -171,7 +181,7 @@ impl<R: BufRead> AccessLogReader<R> {
         }
         self.first_offset.get_or_insert(parsed.offset_minutes);
         self.pending
-            .push(Reverse((parsed.t_ms, line, parsed.address)));
+            .push(Reverse((parsed.t_ms, line, client_key(parsed.address))));
     }
 }
 

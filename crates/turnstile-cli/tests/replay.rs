@@ -93,8 +93,9 @@ fn an_access_log_is_replayed_in_time_order() {
             )
         })
         .collect();
+    // IPv6 clients are keyed by their /64 network, as the middleware keys them.
     let want = [
-        (1, "2001:db8::42", 1, true),
+        (1, "2001:db8::/64", 1, true),
         (2, "192.0.2.10", 1, true),
         (2, "192.0.2.10", 1, true),
         (3, "198.51.100.7", 1, true),
@@ -108,7 +109,7 @@ fn an_access_log_is_replayed_in_time_order() {
     assert_eq!(
         stdout(&out).lines().next(),
         Some(
-            r#"{"t_ms":1710234901000,"key":"2001:db8::42","cost":1,"allowed":true,"remaining":1,"retry_after_ms":0,"reset_after_ms":5000,"delay_ms":0}"#
+            r#"{"t_ms":1710234901000,"key":"2001:db8::/64","cost":1,"allowed":true,"remaining":1,"retry_after_ms":0,"reset_after_ms":5000,"delay_ms":0}"#
         )
     );
 }

@@ -38,6 +38,7 @@ mod backend;
 mod clock;
 mod decision;
 mod few;
+mod ip;
 mod memory;
 mod policy;
 mod quota;
@@ -46,6 +47,7 @@ pub use algorithm::{Evaluation, State};
 pub use backend::{Backend, BackendError, BoxError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{exact_ms, Decision, PolicyDecision};
+pub use ip::{ip_key, DEFAULT_IPV6_PREFIX};
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use policy::{
     format_duration_ms, parse_duration, Algorithm, InvalidPolicy, Policy, MAX_EXACT, MAX_LIMIT,

@@ -9,9 +9,7 @@ use ipnet::IpNet;
 
 use super::{KeyError, KeyExtractor};
 
-/// The default IPv6 grouping: one key per /64, the smallest network a site is normally
-/// given (so a client cannot dodge its limit by hopping between its own addresses).
-const DEFAULT_IPV6_PREFIX: u8 = 64;
+use turnstile_core::DEFAULT_IPV6_PREFIX;
 
 /// An IPv6 prefix length above 128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,22 +267,9 @@ fn check_prefix(len: u8) -> Result<(), InvalidPrefix> {
     }
 }
 
-/// The canonical key of `ip` (already canonical: IPv4-mapped as IPv4): an IPv4 address as
-/// itself, an IPv6 address as its `prefix`-bit network `net/prefix` (as itself at 128).
+/// The canonical key of `ip` (see [`turnstile_core::ip_key`]).
 pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
-    use std::fmt::Write as _;
-    // Sized up front: one allocation per key (the longest, an IPv6 network, is 43 bytes).
-    let mut s = String::with_capacity(48);
-    let _ = match ip {
-        IpAddr::V4(v4) => write!(s, "{v4}"),
-        IpAddr::V6(v6) if prefix >= 128 => write!(s, "{v6}"),
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            let net = Ipv6Addr::from(u128::from(v6) & mask);
-            write!(s, "{net}/{prefix}")
-        }
-    };
-    s
+    turnstile_core::ip_key(ip, prefix)
 }
 
 /// The peer address recorded in the request's extensions, if any.
