@@ -124,21 +124,13 @@ where
     S: Service<Request<ReqBody>>,
 {
     /// Starts handling `req` with the ready service `inner`.
-    pub(crate) fn start(config: Arc<Config<B, K>>, mut inner: S, req: Request<ReqBody>) -> Self {
+    pub(crate) fn start(config: Arc<Config<B, K>>, inner: S, req: Request<ReqBody>) -> Self {
         let settings = &*config.settings;
         let view = RequestRef::new(&req);
         let grpc = view.is_grpc();
         let rule_index = settings.rules.iter().position(|r| r.rule.matches(&view));
         let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
-            let fut = inner.call(req);
-            return Self::with_state(
-                config,
-                State::Calling {
-                    fut,
-                    decision: None,
-                },
-                grpc,
-            );
+            return Self::pass(config, inner, req, grpc);
         };
         let rule = &settings.rules[rule_index];
         let key = match config.key.extract(&req) {
@@ -147,15 +139,7 @@ where
                 crate::metrics::missing_key(e.kind());
                 match &settings.missing_key {
                     MissingKey::Allow => {
-                        let fut = inner.call(req);
-                        return Self::with_state(
-                            config,
-                            State::Calling {
-                                fut,
-                                decision: None,
-                            },
-                            grpc,
-                        );
+                        return Self::pass(config, inner, req, grpc);
                     }
                     MissingKey::Key(k) => String::from(&**k),
                     MissingKey::Reject => {
@@ -167,15 +151,7 @@ where
             }
         };
         if !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key.as_str()) {
-            let fut = inner.call(req);
-            return Self::with_state(
-                config,
-                State::Calling {
-                    fut,
-                    decision: None,
-                },
-                grpc,
-            );
+            return Self::pass(config, inner, req, grpc);
         }
         let cost = config.cost(rule, &view);
         let deadline = match settings.action {
@@ -184,15 +160,7 @@ where
         };
         let Some(limits) = &rule.limits else {
             // Exempt rules never get here; stay correct if one does.
-            let fut = inner.call(req);
-            return Self::with_state(
-                config,
-                State::Calling {
-                    fut,
-                    decision: None,
-                },
-                grpc,
-            );
+            return Self::pass(config, inner, req, grpc);
         };
         let span = check_span(settings, rule, &key, cost);
         let started = measure(&span);
@@ -213,6 +181,19 @@ where
             started,
             waited: false,
         }
+    }
+
+    /// Passes `req` straight to the inner service: unchecked, without rate-limit headers.
+    fn pass(config: Arc<Config<B, K>>, mut inner: S, req: Request<ReqBody>, grpc: bool) -> Self {
+        let fut = inner.call(req);
+        Self::with_state(
+            config,
+            State::Calling {
+                fut,
+                decision: None,
+            },
+            grpc,
+        )
     }
 
     fn with_state(
