@@ -204,6 +204,12 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
                 assert_eq!(r, m, "{ctx}: remove version");
                 continue;
             }
+            6 if next(8) == 0 => {
+                let r = on_redis.clear_config(key).await.unwrap().version();
+                let m = memory.clear_config(key).unwrap();
+                assert_eq!(r, m, "{ctx}: clear version");
+                continue;
+            }
             6 => {
                 let tier = ["pro", "gold", "free"][next(3) as usize];
                 let tier = (next(4) > 0).then_some(tier);

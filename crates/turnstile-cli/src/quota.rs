@@ -191,8 +191,7 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
         }
         QuotaCommand::Get { key } => Ok(config_json(&key, &redis.config(&key).await.map_err(e)?)),
         QuotaCommand::Rm { key } => {
-            redis.remove_override(&key).await.map_err(e)?;
-            let c = redis.set_tier(&key, None).await.map_err(e)?;
+            let c = redis.clear_config(&key).await.map_err(e)?;
             Ok(config_json(&key, &c))
         }
     }

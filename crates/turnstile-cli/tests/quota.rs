@@ -85,6 +85,7 @@ fn set_peek_refund_reset_get_rm() {
 
     let v = json(&quota(&redis, &prefix, &["rm", "alice"]));
     assert_eq!((v["override"].is_null(), v["tier"].is_null()), (true, true));
+    assert_eq!(v["version"], 4, "one change, one version");
     let v = json(&quota(&redis, &prefix, &["get", "bob"]));
     assert_eq!(v["tier"], "pro");
 

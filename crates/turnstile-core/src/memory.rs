@@ -559,6 +559,21 @@ impl<C> MemoryBackend<C> {
         self.configure(key, |c| c.policies = None)
     }
 
+    /// Removes `key`'s whole configuration, its override and its tier, in one change (one
+    /// version). Returns the new version.
+    ///
+    /// # Errors
+    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
+    pub fn clear_config(&self, key: &str) -> Result<u64, BackendError>
+    where
+        C: Clock,
+    {
+        self.configure(key, |c| {
+            c.policies = None;
+            c.tier = None;
+        })
+    }
+
     /// Maps `key` to the tier `tier` (`None`: no tier). Returns the new version.
     ///
     /// # Errors

@@ -594,7 +594,7 @@ impl<C: Clock> RedisBackend<C> {
             inv.arg(*a);
         }
         let reply: Vec<redis::Value> = self.timed(self.invoke(&inv)).await?;
-        if args.first() == Some(&"set") {
+        if matches!(args.first(), Some(&"set" | &"clear")) {
             self.forget_denials(key);
         }
         parse_config(&reply, key)
@@ -659,6 +659,15 @@ impl<C: Clock> RedisBackend<C> {
     /// As [`RedisBackend::config`].
     pub async fn remove_override(&self, key: &str) -> Result<KeyConfig, BackendError> {
         self.configure(key, &["set", "o", ""]).await
+    }
+
+    /// Removes `key`'s whole configuration, its override and its tier, in one change (one
+    /// version). Returns the new configuration.
+    ///
+    /// # Errors
+    /// As [`RedisBackend::config`].
+    pub async fn clear_config(&self, key: &str) -> Result<KeyConfig, BackendError> {
+        self.configure(key, &["clear"]).await
     }
 
     /// Maps `key` to tier `tier` (`None`: no tier). Returns the new configuration.
