@@ -118,8 +118,10 @@ async fn allocations_per_request() {
             CALLS.load(std::sync::atomic::Ordering::Relaxed)
         );
         assert!(CALLS.load(std::sync::atomic::Ordering::Relaxed) >= 4000);
-        assert!(with_metrics <= admitted + 0.01, "metrics: {with_metrics}");
-        assert!(denied_metrics <= denied + 0.01, "metrics: {denied_metrics}");
+        // A per-request allocation would add 1; the rest is the backend's map growing at
+        // slightly different moments (keys hash with a per-process seed).
+        assert!(with_metrics <= admitted + 0.25, "metrics: {with_metrics}");
+        assert!(denied_metrics <= denied + 0.25, "metrics: {denied_metrics}");
     }
 }
 
