@@ -135,8 +135,8 @@ impl Entry {
     }
 
     fn slot_mut(&mut self, p: &Policy) -> &mut Slot {
-        match self.slots.iter().position(|s| s.policy.name() == p.name()) {
-            Some(i) => &mut self.slots[i],
+        let i = match self.slots.iter().position(|s| s.policy.name() == p.name()) {
+            Some(i) => i,
             None => {
                 // Exactly one more: a first push would otherwise reserve room for four.
                 self.slots.reserve_exact(1);
@@ -145,9 +145,10 @@ impl Entry {
                     expires_ms: 0,
                     state: State::new(),
                 });
-                self.slots.last_mut().expect("just pushed")
+                self.slots.len() - 1
             }
-        }
+        };
+        &mut self.slots[i]
     }
 
     /// Bumps the key's version; a version alone is kept a day from `now_ms`, as in Redis.
