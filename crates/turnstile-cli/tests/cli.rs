@@ -1,36 +1,14 @@
 //! End-to-end tests of the `turnstile` binary: vectors, malformed traces, line endings,
 //! `--summary` and usage errors.
 
+mod common;
+
+use common::{run, stderr, stdout, workspace_root};
+
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use serde_json::{Map, Value};
-
-/// Runs `turnstile` with `args`, feeding `stdin`.
-fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the turnstile binary starts");
-    let mut input = child.stdin.take().expect("piped stdin");
-    // The binary may stop reading early (a malformed line); a broken pipe is fine then.
-    let _ = input.write_all(stdin);
-    drop(input);
-    child.wait_with_output().expect("the binary finishes")
-}
-
-fn stdout(o: &Output) -> &str {
-    std::str::from_utf8(&o.stdout).expect("UTF-8 output")
-}
-
-fn stderr(o: &Output) -> &str {
-    std::str::from_utf8(&o.stderr).expect("UTF-8 errors")
-}
 
 const TB: &[&str] = &[
     "simulate",
@@ -41,10 +19,6 @@ const TB: &[&str] = &[
     "--period",
     "1s",
 ];
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The expected output line of a vector's expected object, in the exact field order and
 /// spelling of `SEMANTICS.md`.

@@ -2,46 +2,21 @@
 //! malformed lines, offsets from UTC), `--compare` (output, order, summary columns, Redis),
 //! `--plot` (a valid SVG with the expected series) and the README's plot command.
 
+mod common;
+
+use common::{run, stderr, stdout, workspace_root};
+
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
-
-/// Runs `turnstile` with `args`, feeding `stdin`.
-fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the turnstile binary starts");
-    let mut input = child.stdin.take().expect("piped stdin");
-    // The binary may stop reading early (a malformed line); a broken pipe is fine then.
-    let _ = input.write_all(stdin);
-    drop(input);
-    child.wait_with_output().expect("the binary finishes")
-}
-
-fn stdout(o: &Output) -> &str {
-    std::str::from_utf8(&o.stdout).expect("UTF-8 output")
-}
-
-fn stderr(o: &Output) -> &str {
-    std::str::from_utf8(&o.stderr).expect("UTF-8 errors")
-}
 
 fn lines(o: &Output) -> Vec<Value> {
     stdout(o)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn tmp(name: &str) -> PathBuf {
