@@ -12,6 +12,9 @@
 //! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`), where given,
 //! take the place of `--redis-url`, `--prefix` and `--failure`.
 
+#[path = "common.rs"]
+mod common;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -106,22 +109,10 @@ impl KeyExtractor for KeySource {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Errors as messages (their Display), not as Rust debug output.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("axum_redis: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::main("axum_redis", run()).await
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
     if let Some(path) = &args.config {
         return serve_config(&args, path).await;

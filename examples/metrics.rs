@@ -8,6 +8,9 @@
 //! curl -s http://127.0.0.1:3004/metrics | grep turnstile_
 //! ```
 
+#[path = "common.rs"]
+mod common;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -51,22 +54,10 @@ pub(crate) fn app(handle: PrometheusHandle) -> Result<Router, Box<dyn std::error
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Errors as messages (their Display), not as Rust debug output.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("metrics: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::main("metrics", run()).await
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
     let handle = install_recorder()?;
     // Without the exporter's HTTP listener, upkeep (draining histograms) is ours to run.

@@ -10,6 +10,9 @@
 //! for i in $(seq 7); do curl -s -o /dev/null -w '%{http_code}\n' -X POST http://127.0.0.1:3002/login; done
 //! ```
 
+#[path = "common.rs"]
+mod common;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -43,22 +46,10 @@ fn parse_cidr(s: &str) -> Result<IpNet, String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Errors as messages (their Display), not as Rust debug output.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("per_route: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::main("per_route", run()).await
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
 
     let layer =

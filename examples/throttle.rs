@@ -8,6 +8,9 @@
 //! for i in $(seq 10); do curl -s -o /dev/null -w '%{http_code} %{time_total}s\n' http://127.0.0.1:3003/ & done; wait
 //! ```
 
+#[path = "common.rs"]
+mod common;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -37,22 +40,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Errors as messages (their Display), not as Rust debug output.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("throttle: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::main("throttle", run()).await
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
 
     let mut policy = Policy::leaky_bucket(args.limit, args.period)?;

@@ -9,6 +9,9 @@
 //! for i in $(seq 7); do grpcurl -plaintext -import-path examples -proto helloworld.proto -d '{"name":"world"}' 127.0.0.1:50051 helloworld.Greeter/SayHello; done
 //! ```
 
+#[path = "common.rs"]
+mod common;
+
 mod helloworld;
 
 use std::time::Duration;
@@ -46,22 +49,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Errors as messages (their Display), not as Rust debug output.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tonic_grpc: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::main("tonic_grpc", run()).await
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
 
     let mut policy = Policy::new(args.algorithm, args.limit, args.period)?;
