@@ -17,8 +17,8 @@ use crate::decision::{Decision, PolicyDecision};
 use crate::few::Few;
 use crate::policy::Policy;
 use crate::quota::{
-    resolve, resolve_which, validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits,
-    Tier, Unconfigured, Which,
+    resolve_which, validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits, Tier,
+    Unconfigured, Which,
 };
 
 /// How long a key's version is kept when it has no other configuration: a day, as in Redis.
@@ -130,10 +130,6 @@ impl Slot {
 }
 
 impl Entry {
-    fn slot(&self, p: &Policy) -> Option<&Slot> {
-        self.slots.iter().find(|s| s.policy.name() == p.name())
-    }
-
     fn slot_mut(&mut self, p: &Policy) -> &mut Slot {
         let i = match self.slots.iter().position(|s| s.policy.name() == p.name()) {
             Some(i) => i,
@@ -334,40 +330,48 @@ impl<C> MemoryBackend<C> {
         let entry = index.map(|i| &shard.map[i]);
         let config = entry.and_then(|e| e.config.as_deref());
         let version = config.map_or(0, KeyConfig::version);
-        let (policies, applied) = resolve(config, defaults, tiers, unconfigured);
-        let Some(policies) = policies else {
-            return Ok(match applied {
-                Applied::Unlimited => Decision::unlimited(version),
-                _ => Decision::unconfigured_denied(version),
-            });
+        let (which, applied) = resolve_which(config, tiers, unconfigured);
+        // An override lives in the entry written below: hold it by its own `Arc`.
+        let own: Option<Arc<[Policy]>> = match which {
+            Which::Override => config.and_then(|c| c.policies.clone()),
+            _ => None,
+        };
+        let policies: &[Policy] = match (&own, which) {
+            (Some(o), _) => o,
+            (None, Which::Tier(i)) => &tiers[i].1,
+            (None, Which::Defaults) => defaults,
+            _ => {
+                return Ok(match applied {
+                    Applied::Unlimited => Decision::unlimited(version),
+                    _ => Decision::unconfigured_denied(version),
+                })
+            }
+        };
+        // Each policy's slot in the entry, looked up once.
+        let slot_of: Few<Option<usize>> = policies
+            .iter()
+            .map(|p| entry.and_then(|e| e.slots.iter().position(|s| s.policy.name() == p.name())))
+            .collect();
+        let slot = |i: usize| -> Option<&Slot> {
+            let j = (*slot_of.as_slice().get(i)?)?;
+            entry.map(|e| &e.slots[j])
         };
         // A policy whose parameters changed since its state was written is evaluated on the
         // carried-over state (stored only if this request is admitted).
-        let carried: Vec<Option<State>> = match entry {
-            Some(e)
-                if e.slots
-                    .iter()
-                    .any(|s| policies.iter().any(|p| s.stale_for(p))) =>
-            {
-                policies
-                    .iter()
-                    .map(|p| {
-                        e.slot(p)
-                            .filter(|s| s.stale_for(p))
-                            .map(|s| carry_over(&s.policy, p, &s.state, now_ms))
-                    })
-                    .collect()
-            }
-            _ => Vec::new(),
+        let stale = |i: usize| slot(i).filter(|s| !s.policy.same_parameters(&policies[i]));
+        let carried: Vec<Option<State>> = if (0..policies.len()).any(|i| stale(i).is_some()) {
+            (0..policies.len())
+                .map(|i| stale(i).map(|s| carry_over(&s.policy, &policies[i], &s.state, now_ms)))
+                .collect()
+        } else {
+            Vec::new()
         };
         let fresh = State::new();
         let state_of = |i: usize| -> &State {
-            if let Some(Some(c)) = carried.get(i) {
-                return c;
+            match carried.get(i) {
+                Some(Some(c)) => c,
+                _ => slot(i).map_or(&fresh, |s| &s.state),
             }
-            entry
-                .and_then(|e| e.slot(&policies[i]))
-                .map_or(&fresh, |s| &s.state)
         };
         let evals = evaluate_few(policies, state_of, now_ms, cost);
         let admitted = evals.as_slice().iter().all(|e| e.decision().allowed());
@@ -379,28 +383,21 @@ impl<C> MemoryBackend<C> {
             ));
         }
 
-        // The same set again, not borrowed from the entry about to be written: an override
-        // is held by its own `Arc`.
-        let (which, _) = resolve_which(config, tiers, unconfigured);
-        let own: Option<Arc<[Policy]>> = match which {
-            Which::Override => config.and_then(|c| c.policies.clone()),
-            _ => None,
-        };
-        let policies: &[Policy] = match (&own, which) {
-            (Some(o), _) => o,
-            (None, Which::Tier(i)) => &tiers[i].1,
-            _ => defaults,
-        };
         let entry = self.entry_at(&mut shard, index, key, now_ms)?;
         let mut carried = carried.into_iter();
         let decisions: Few<PolicyDecision> = policies
             .iter()
             .zip(evals)
-            .map(|(p, eval)| {
+            .zip(slot_of)
+            .map(|((p, eval), at)| {
                 let expires_ms = eval.expires_at_ms();
                 let changes = eval.changes_state();
                 let carried = carried.next().flatten();
-                let slot = entry.slot_mut(p);
+                // Slots found above keep their places: new ones are only appended.
+                let slot = match at {
+                    Some(j) => &mut entry.slots[j],
+                    None => entry.slot_mut(p),
+                };
                 if let Some(c) = carried {
                     slot.state = c;
                     slot.policy = p.clone();
