@@ -20,12 +20,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::{routing::get, Router};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use http::Request;
-use turnstile::config::{BackendFailure, LayerConfig};
+use turnstile::config::LayerConfig;
 use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
 use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
-use turnstile_redis::{OnFailure, RedisBackend};
+use turnstile::core::wrap::DenyCache;
+use turnstile_redis::RedisBackend;
 
 /// Serves `GET /` on 127.0.0.1, rate-limited through Redis.
 #[derive(Parser, Debug)]
@@ -56,20 +57,13 @@ struct Args {
     key: KeySource,
     /// When Redis fails: `local` (decide in memory on this node until Redis is back),
     /// `open` (admit) or `closed` (answer 503).
-    #[arg(long, value_enum, default_value_t = Failure::Local)]
-    failure: Failure,
+    #[arg(long, default_value_t = FailurePolicy::Local)]
+    failure: FailurePolicy,
     /// A turnstile configuration file (TOML) whose key, rules and policies replace the flags
     /// above; its [backend] settings, where given, replace --redis-url, --prefix and
     /// --failure.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["algorithm", "limit", "period", "burst", "key"])]
     config: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Failure {
-    Local,
-    Open,
-    Closed,
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
@@ -123,19 +117,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         policy = policy.with_burst(burst)?;
     }
     let policy = policy.with_name("per-client")?;
-    let (on_failure, failure) = match args.failure {
-        Failure::Local => (OnFailure::LocalFallback, FailurePolicy::Open),
-        Failure::Open => (OnFailure::ReturnError, FailurePolicy::Open),
-        Failure::Closed => (OnFailure::ReturnError, FailurePolicy::Closed),
-    };
     let redis = RedisBackend::builder(args.redis_url.as_str())
         .prefix(args.prefix.as_str())
-        .on_failure(on_failure)
         .build()?;
-    let layer = RateLimitLayer::new(policy.clone())
-        .backend(redis)
+    // Repeated denials are answered on this node without asking Redis again.
+    let layer = RateLimitLayer::builder()
+        .policy(policy.clone())
+        .backend(DenyCache::new(redis))
         .key(args.key.clone())
-        .on_backend_failure(failure);
+        .on_backend_failure(args.failure)
+        .build()?;
     let app = Router::new()
         .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
         .layer(layer);
@@ -147,7 +138,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         KeySource::Header(_, name) => format!("`{name}` header"),
     };
     println!(
-        "turnstile axum_redis listening on {url} (GET /: {policy} per {key}; Redis {}; on Redis failure: {:?})",
+        "turnstile axum_redis listening on {url} (GET /: {policy} per {key}; Redis {}; on Redis failure: {})",
         args.redis_url, args.failure
     );
     let try_it = match &args.key {
@@ -168,28 +159,15 @@ async fn serve_config(
     let config = LayerConfig::from_file(path)?;
     let b = config.backend();
     let redis_url = b.url().unwrap_or(&args.redis_url).to_owned();
-    let failure = match b.failure_setting() {
-        Some(BackendFailure::Open) => Failure::Open,
-        Some(BackendFailure::Closed) => Failure::Closed,
-        Some(_) => Failure::Local,
-        None => args.failure,
-    };
-    let mut redis = RedisBackend::builder(redis_url.as_str())
-        .prefix(b.prefix().unwrap_or(&args.prefix))
-        .on_failure(match failure {
-            Failure::Local => OnFailure::LocalFallback,
-            Failure::Open | Failure::Closed => OnFailure::ReturnError,
-        });
+    let failure = b.failure_setting().unwrap_or(args.failure);
+    let mut redis = RedisBackend::builder(redis_url.as_str()).prefix(b.prefix().unwrap_or(&args.prefix));
     if let Some(timeout) = b.timeout() {
         redis = redis.timeout(timeout);
     }
     let layer = config
         .builder()
-        .backend(redis.build()?)
-        .on_backend_failure(match failure {
-            Failure::Closed => FailurePolicy::Closed,
-            Failure::Local | Failure::Open => FailurePolicy::Open,
-        })
+        .backend(DenyCache::new(redis.build()?))
+        .on_backend_failure(failure)
         .build()?;
     let app = Router::new()
         .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
@@ -197,7 +175,7 @@ async fn serve_config(
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
     println!(
-        "turnstile axum_redis listening on {url} (GET /: the rules of {}, key {}; Redis {redis_url}; on Redis failure: {failure:?})",
+        "turnstile axum_redis listening on {url} (GET /: the rules of {}, key {}; Redis {redis_url}; on Redis failure: {failure})",
         path.display(),
         config.key().spec()
     );

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use turnstile_core::{Backend, MemoryBackend, Policy};
-use turnstile_redis::{OnFailure, RedisBackend};
+use turnstile_core::wrap::{DenyCache, Fallback};
+use turnstile_core::{Backend, FailurePolicy, MemoryBackend, Policy};
+use turnstile_redis::RedisBackend;
 use turnstile_tests::redis_server::RedisServer;
 
 /// Every metric of a snapshot by name, labels ignored (counters and gauges summed). Taken
@@ -35,16 +36,16 @@ fn backends_report_keys_cache_hits_and_fallbacks() {
         let memory = MemoryBackend::new();
         let pol = [Policy::gcra(1, Duration::from_secs(3600)).unwrap()];
         for k in ["a", "b", "c"] {
-            memory.decide_at(k, &pol, 1, 1_000).unwrap();
+            memory.check_at(k, &pol, 1, 1_000).into_inner().unwrap();
         }
 
         runtime.block_on(async {
             let redis = RedisBackend::builder(server.url())
                 .prefix("turnstile:test:metrics")
                 .timeout(Duration::from_millis(300))
-                .on_failure(OnFailure::LocalFallback)
                 .build()
                 .unwrap();
+            let redis = Fallback::new(DenyCache::new(redis), FailurePolicy::Local);
             for _ in 0..5 {
                 redis.check("k", &pol, 1).await.unwrap();
             }

@@ -11,7 +11,7 @@ use tonic::transport::{Channel, Server};
 use tonic::Code;
 use tonic_types::StatusExt;
 use turnstile::key::{GrpcMethod, PeerIp};
-use turnstile::{FailurePolicy, MemoryBackend, Policy, RateLimitLayer, Rule};
+use turnstile::{Backend, FailurePolicy, MemoryBackend, Policy, RateLimitLayer, Rule};
 
 async fn serve<B, K>(layer: RateLimitLayer<B, K>) -> SocketAddr
 where
@@ -111,7 +111,8 @@ async fn a_call_that_can_never_fit_gets_quota_failure_without_retry_info() {
 async fn fail_closed_is_unavailable() {
     let pol: Policy = "gcra:limit=5,period=1s".parse().unwrap();
     let full = MemoryBackend::builder().max_keys(1).build();
-    full.decide("someone-else", std::slice::from_ref(&pol), 1)
+    full.check("someone-else", std::slice::from_ref(&pol), 1)
+        .into_inner()
         .unwrap();
     let layer = RateLimitLayer::new(pol)
         .backend(full)

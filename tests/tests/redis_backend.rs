@@ -9,7 +9,9 @@ use turnstile_core::{
     Algorithm, Backend, BackendError, Decision, Limits, ManualClock, MemoryBackend, Policy,
     Unconfigured,
 };
-use turnstile_redis::{KeyEncoding, OnFailure, RedisBackend};
+use turnstile_core::wrap::{DenyCache, Fallback};
+use turnstile_core::{FailurePolicy, Quotas};
+use turnstile_redis::{KeyEncoding, RedisBackend};
 use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
 
 fn prefix(test: &str) -> String {
@@ -22,8 +24,6 @@ fn backend(url: &str, test: &str) -> RedisBackend {
     RedisBackend::builder(url)
         .prefix(prefix(test))
         .timeout(Duration::from_secs(5))
-        .on_failure(OnFailure::ReturnError)
-        .deny_cache(None)
         .build()
         .unwrap()
 }
@@ -82,7 +82,7 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
             let t = r["t_ms"].as_u64().unwrap();
             let key = r.get("key").and_then(Value::as_str).unwrap_or("");
             let cost = r.get("cost").and_then(Value::as_u64).unwrap_or(1);
-            let want = memory.decide_at(key, &policies, cost, t).unwrap();
+            let want = memory.check_at(key, &policies, cost, t).into_inner().unwrap();
             let got = on_redis.check_at(key, &policies, cost, t).await.unwrap();
             assert_eq!(
                 got,
@@ -171,11 +171,11 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
                     .check_limits(key, &limits, cost, Some(t))
                     .await
                     .unwrap(),
-                memory.decide_limits_at(key, &limits, cost, t).unwrap(),
+                memory.check_limits(key, &limits, cost, Some(t)).into_inner().unwrap(),
             ),
             1 => (
-                on_redis.refund_at(key, &limits, cost, t).await.unwrap(),
-                memory.refund_at(key, &limits, cost, t).unwrap(),
+                on_redis.refund(key, &limits, cost, Some(t)).await.unwrap(),
+                memory.refund(key, &limits, cost, Some(t)).await.unwrap(),
             ),
             2 => {
                 // A peek changes nothing, which the next answers check.
@@ -184,29 +184,29 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
                         .check_limits(key, &limits, 0, Some(t))
                         .await
                         .unwrap(),
-                    memory.decide_limits_at(key, &limits, 0, t).unwrap(),
+                    memory.check_limits(key, &limits, 0, Some(t)).into_inner().unwrap(),
                 )
             }
             3 => (
-                on_redis.reset_at(key, &limits, t).await.unwrap(),
-                memory.reset_at(key, &limits, t).unwrap(),
+                on_redis.reset(key, &limits, Some(t)).await.unwrap(),
+                memory.reset(key, &limits, Some(t)).await.unwrap(),
             ),
             4 => {
                 let set = pick(next(100));
                 let r = on_redis.set_override(key, &set).await.unwrap().version();
-                let m = memory.set_override(key, set).unwrap();
+                let m = memory.set_override(key, &set).await.unwrap().version();
                 assert_eq!(r, m, "{ctx}: override version");
                 continue;
             }
             5 => {
                 let r = on_redis.remove_override(key).await.unwrap().version();
-                let m = memory.remove_override(key).unwrap();
+                let m = memory.remove_override(key).await.unwrap().version();
                 assert_eq!(r, m, "{ctx}: remove version");
                 continue;
             }
             6 if next(8) == 0 => {
                 let r = on_redis.clear_config(key).await.unwrap().version();
-                let m = memory.clear_config(key).unwrap();
+                let m = memory.clear_config(key).await.unwrap().version();
                 assert_eq!(r, m, "{ctx}: clear version");
                 continue;
             }
@@ -214,7 +214,7 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
                 let tier = ["pro", "gold", "free"][next(3) as usize];
                 let tier = (next(4) > 0).then_some(tier);
                 let r = on_redis.set_tier(key, tier).await.unwrap().version();
-                let m = memory.set_tier(key, tier).unwrap();
+                let m = memory.set_tier(key, tier).await.unwrap().version();
                 assert_eq!(r, m, "{ctx}: tier version");
                 continue;
             }
@@ -240,7 +240,7 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
             }
             _ => {
                 let r = on_redis.config(key).await.unwrap();
-                assert_eq!(r, memory.config(key), "{ctx}: config");
+                assert_eq!(r, memory.config(key).await.unwrap(), "{ctx}: config");
                 continue;
             }
         };
@@ -277,18 +277,17 @@ async fn the_deny_cache_answers_exactly_as_redis_would() {
     };
     for (k, policies) in sets.iter().enumerate() {
         let limits = Limits::new(policies.clone()).unwrap();
-        let cached = RedisBackend::builder(redis.url())
-            .prefix(prefix(&format!("dc-on-{k}")))
-            .timeout(Duration::from_secs(5))
-            .on_failure(OnFailure::ReturnError)
-            .deny_cache(Duration::from_secs(3600))
-            .build()
-            .unwrap();
+        let cached = DenyCache::with_max(
+            RedisBackend::builder(redis.url())
+                .prefix(prefix(&format!("dc-on-{k}")))
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap(),
+            Duration::from_secs(3600),
+        );
         let plain = RedisBackend::builder(redis.url())
             .prefix(prefix(&format!("dc-off-{k}")))
             .timeout(Duration::from_secs(5))
-            .on_failure(OnFailure::ReturnError)
-            .deny_cache(None)
             .build()
             .unwrap();
         let mut t = 1_700_000_000_000u64;
@@ -297,8 +296,8 @@ async fn the_deny_cache_answers_exactly_as_redis_would() {
             let key = ["x", "y"][next(2) as usize];
             let cost = [1, 1, 1, 2, 3, 0][next(6) as usize];
             if next(40) == 0 {
-                let a = cached.refund_at(key, &limits, 1, t).await.unwrap();
-                let b = plain.refund_at(key, &limits, 1, t).await.unwrap();
+                let a = cached.refund(key, &limits, 1, Some(t)).await.unwrap();
+                let b = plain.refund(key, &limits, 1, Some(t)).await.unwrap();
                 assert_eq!(a.remaining(), b.remaining(), "set {k} refund {i}");
                 continue;
             }
@@ -324,10 +323,10 @@ async fn the_deny_cache_answers_exactly_as_redis_would() {
             }
         }
         assert!(
-            cached.stats().deny_cache_hits > 0,
+            cached.hits() > 0,
             "set {k}: the cache was never used"
         );
-        cached.delete_prefix().await.unwrap();
+        cached.inner().delete_prefix().await.unwrap();
         plain.delete_prefix().await.unwrap();
     }
 }
@@ -337,34 +336,18 @@ async fn the_deny_cache_cuts_redis_calls_in_a_flood_by_ten_times_or_more() {
     let redis = TestRedis::get();
     let pol = [p("gcra:limit=5,period=1h,name=flood")];
     let mut calls = Vec::new();
-    for cache in [None, Some(Duration::from_secs(1))] {
+    for cached in [false, true] {
         let b = RedisBackend::builder(redis.url())
-            .prefix(prefix(&format!("flood-{}", cache.is_some())))
+            .prefix(prefix(&format!("flood-{cached}")))
             .timeout(Duration::from_secs(5))
-            .on_failure(OnFailure::ReturnError)
-            .deny_cache(cache)
             .build()
             .unwrap();
-        let tasks: Vec<_> = (0..64)
-            .map(|_| {
-                let b = b.clone();
-                let pol = pol.clone();
-                tokio::spawn(async move {
-                    let mut admitted = 0;
-                    for _ in 0..50 {
-                        if b.check("flooder", &pol, 1).await.unwrap().allowed() {
-                            admitted += 1;
-                        }
-                    }
-                    admitted
-                })
-            })
-            .collect();
-        let mut admitted = 0;
-        for t in tasks {
-            admitted += t.await.unwrap();
-        }
-        assert_eq!(admitted, 5, "exactly the limit, cache {cache:?}");
+        let admitted = if cached {
+            flood(DenyCache::new(b.clone()), &pol).await
+        } else {
+            flood(b.clone(), &pol).await
+        };
+        assert_eq!(admitted, 5, "exactly the limit, cached: {cached}");
         calls.push(b.stats().redis_calls);
         b.delete_prefix().await.unwrap();
     }
@@ -374,6 +357,30 @@ async fn the_deny_cache_cuts_redis_calls_in_a_flood_by_ten_times_or_more() {
     );
     assert_eq!(calls[0], 3200);
     assert!(calls[1] * 10 <= calls[0], "{calls:?}");
+}
+
+/// 64 tasks of 50 requests each on one key: how many were admitted.
+async fn flood<B: Backend>(b: B, pol: &[Policy]) -> usize {
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let b = b.clone();
+            let pol = pol.to_vec();
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..50 {
+                    if b.check("flooder", &pol, 1).await.unwrap().allowed() {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    admitted
 }
 
 #[test]
@@ -486,7 +493,6 @@ async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
             .prefix(prefix("cluster"))
             .key_encoding(encoding)
             .timeout(Duration::from_secs(5))
-            .on_failure(OnFailure::ReturnError)
             .build()
             .unwrap();
         let memory = MemoryBackend::new();
@@ -494,7 +500,7 @@ async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
         for key in ["", "{", "}", "a{b}c", "}{", "{}", "client-42", "%7D"] {
             for cost in [1, 1, 0, 1, 5] {
                 t += 17;
-                let want = memory.decide_at(key, &policies, cost, t).unwrap();
+                let want = memory.check_at(key, &policies, cost, t).into_inner().unwrap();
                 let got = on_cluster
                     .check_at(key, &policies, cost, t)
                     .await
@@ -528,16 +534,15 @@ async fn redis_killed_mid_run_follows_each_failure_policy_within_the_timeout() {
     let mut server = RedisServer::start();
     let timeout = Duration::from_millis(300);
     let pol = [p("fixed-window:limit=2,period=1h,name=per-key")];
-    let make = |on_failure| {
+    let make = || {
         RedisBackend::builder(server.url())
             .prefix(prefix("kill"))
             .timeout(timeout)
-            .on_failure(on_failure)
             .build()
             .unwrap()
     };
-    let local = make(OnFailure::LocalFallback);
-    let erroring = make(OnFailure::ReturnError);
+    let local = Fallback::new(DenyCache::new(make()), FailurePolicy::Local);
+    let erroring = make();
     assert!(local.check("k", &pol, 1).await.unwrap().allowed());
     assert!(erroring.check("k", &pol, 1).await.unwrap().allowed());
     assert!(!local.check("k", &pol, 1).await.unwrap().allowed());
@@ -577,7 +582,6 @@ async fn redis_killed_mid_run_follows_each_failure_policy_within_the_timeout() {
         .prefix(prefix("kill"))
         .timeout(timeout)
         .retry_interval(Duration::ZERO)
-        .on_failure(OnFailure::ReturnError)
         .build()
         .unwrap();
     let d = recovered.check("k", &pol, 1).await.unwrap();
@@ -591,7 +595,6 @@ async fn restart_and_script_flush_reload_the_script_on_the_next_call() {
     let b = RedisBackend::builder(server.url())
         .prefix(prefix("reload"))
         .timeout(Duration::from_secs(2))
-        .on_failure(OnFailure::ReturnError)
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -627,7 +630,6 @@ async fn a_paused_redis_takes_the_timeout_path_and_nothing_hangs() {
         .prefix(prefix("pause"))
         .timeout(timeout)
         .retry_interval(Duration::ZERO)
-        .on_failure(OnFailure::ReturnError)
         .build()
         .unwrap();
     let pol = [p("token-bucket:limit=5,period=1s,name=t")];
@@ -661,7 +663,6 @@ async fn nodes_with_clocks_skewed_by_minutes_decide_as_one() {
         RedisBackend::builder(redis.url())
             .prefix(prefix("skew"))
             .timeout(Duration::from_secs(5))
-            .on_failure(OnFailure::ReturnError)
             .clock(clock)
             .build()
             .unwrap()
@@ -708,7 +709,6 @@ async fn acl_user_and_password_come_from_the_url() {
         RedisBackend::builder(format!("redis://{auth}127.0.0.1:{}", server.port()))
             .prefix(prefix("acl"))
             .timeout(Duration::from_secs(5))
-            .on_failure(OnFailure::ReturnError)
             .build()
             .unwrap()
     };
@@ -757,10 +757,13 @@ async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
     let err = b.config("victim").await.unwrap_err();
     assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
-    let local = RedisBackend::builder(server.url())
-        .prefix(prefix("garbage"))
-        .build()
-        .unwrap();
+    let local = Fallback::new(
+        RedisBackend::builder(server.url())
+            .prefix(prefix("garbage"))
+            .build()
+            .unwrap(),
+        FailurePolicy::Local,
+    );
     assert!(local.check("victim", &pol, 1).await.unwrap().allowed());
     // State written under other parameters (a burst of 5) carries over: 1 unit in use.
     let other = p("token-bucket:limit=5,period=1s,name=t");

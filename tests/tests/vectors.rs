@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use turnstile_core::{Algorithm, Decision, MemoryBackend, Policy, PolicyDecision};
+use turnstile_core::{Algorithm, Backend, Decision, MemoryBackend, Policy, PolicyDecision};
 
 /// The workspace root (this crate lives in `<root>/tests`).
 fn workspace_root() -> PathBuf {
@@ -245,7 +245,7 @@ fn run_vector(path: &Path) -> (Vec<String>, usize) {
             errors.push(format!("request {}: malformed {req:?}", i + 1));
             continue;
         };
-        let decision: Decision = match backend.decide_at(key, &policies, cost, t_ms) {
+        let decision: Decision = match backend.check_at(key, &policies, cost, t_ms).into_inner() {
             Ok(d) => d,
             Err(e) => {
                 errors.push(format!("request {}: backend error {e}", i + 1));

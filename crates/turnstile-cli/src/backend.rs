@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use turnstile_core::{Backend, BackendError, Decision, MemoryBackend, Policy};
-use turnstile_redis::{OnFailure, RedisBackend};
+use turnstile_redis::RedisBackend;
 
 /// Which backend decides the simulated requests (`--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,7 +42,7 @@ impl SimBackend for MemoryBackend {
         cost: u64,
         t_ms: u64,
     ) -> Result<Decision, BackendError> {
-        self.decide_at(key, policies, cost, t_ms)
+        self.check_at(key, policies, cost, t_ms).into_inner()
     }
 }
 
@@ -96,13 +96,11 @@ pub(crate) fn open(kind: BackendKind, redis_url: &str) -> Result<Box<dyn SimBack
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start a runtime: {e}"))?;
-            // A simulation reports Redis failures; it never falls back to local decisions.
+            // A simulation reports Redis failures (it never falls back to local decisions),
+            // and every request asks Redis (no deny cache): exact output.
             let backend = RedisBackend::builder(redis_url)
                 .prefix(fresh_prefix())
                 .timeout(Duration::from_secs(10))
-                .on_failure(OnFailure::ReturnError)
-                // Exact output: every request asks Redis.
-                .deny_cache(None)
                 .build()
                 .map_err(|e| e.to_string())?;
             Ok(Box::new(RedisSim { runtime, backend }))

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use turnstile_core::{Decision, KeyConfig, Limits, Policy};
-use turnstile_redis::{KeyEncoding, OnFailure, RedisBackend};
+use turnstile_core::{Decision, KeyConfig, Limits, Policy, Quotas};
+use turnstile_redis::{KeyEncoding, RedisBackend};
 
 /// Exit code when Redis fails or the request cannot be carried out.
 const EXIT_FAILED: u8 = 1;
@@ -158,24 +158,23 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
             KeyEncoding::Hashed
         })
         .timeout(args.timeout)
-        .on_failure(OnFailure::ReturnError)
         .build()
         .map_err(|e| e.to_string())?;
     let e = |e: turnstile_core::BackendError| e.to_string();
     match args.command {
         QuotaCommand::Peek { key, app } => {
             let limits = limits_for(&redis, &key, app).await?;
-            let d = redis.peek(&key, &limits).await.map_err(e)?;
+            let d = redis.peek(&key, &limits, None).await.map_err(e)?;
             Ok(decision_json(&key, &d))
         }
         QuotaCommand::Reset { key, app } => {
             let limits = limits_for(&redis, &key, app).await?;
-            let d = redis.reset(&key, &limits).await.map_err(e)?;
+            let d = redis.reset(&key, &limits, None).await.map_err(e)?;
             Ok(decision_json(&key, &d))
         }
         QuotaCommand::Refund { key, cost, app } => {
             let limits = limits_for(&redis, &key, app).await?;
-            let d = redis.refund(&key, &limits, cost).await.map_err(e)?;
+            let d = redis.refund(&key, &limits, cost, None).await.map_err(e)?;
             Ok(decision_json(&key, &d))
         }
         QuotaCommand::Set {

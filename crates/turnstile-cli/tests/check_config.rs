@@ -32,7 +32,7 @@ keys without override or tier: the rule's policies
 headers: RateLimit on admitted responses: yes; legacy X-RateLimit-*: no
 keys in logs: hashed
 backend: redis redis://127.0.0.1:6379, prefix turnstile:v1, timeout 100ms
-on backend failure: local (Redis decides in memory on each node; errors that still reach the layer admit the request)
+on backend failure: local (decide in memory on each process; what that cannot decide is admitted)
 rules (the first that matches applies):
   1. GET /healthz: exempt
   2. POST /login (rule "login"), cost 1:

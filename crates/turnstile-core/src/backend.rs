@@ -1,20 +1,33 @@
 //! The backend seam: where decisions are made and state is kept.
+//!
+//! [`Backend`] checks a key (one required method); [`Quotas`] adds the operators' live-quota
+//! operations with the same signatures on every backend. Both are implemented by the
+//! in-memory backend, by `turnstile-redis`, and forwarded by the wrappers in
+//! [`wrap`](crate::wrap).
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, Ready};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use pin_project_lite::pin_project;
 
 use crate::decision::Decision;
 use crate::policy::Policy;
-use crate::quota::Limits;
+use crate::quota::{KeyConfig, Limits};
 
 /// A boxed error source, as carried by [`BackendError`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// What a check or quota operation resolves to.
+pub type CheckResult = Result<Decision, BackendError>;
+
 /// Where rate-limit state lives: checks one client key against one or more policies with a
 /// cost, all-or-nothing and atomically.
 ///
+/// One method is required, [`Backend::check_limits`]; the others are provided on top of it.
 /// The trait is generic (an associated future type) rather than object-safe: the in-memory
 /// backend answers with [`std::future::Ready`], so a check costs no allocation and no boxing,
 /// while a network backend names its own future. Code that needs a trait object can box the
@@ -24,38 +37,23 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// same times give the same decisions on every backend.
 pub trait Backend: Clone + Send + Sync + 'static {
     /// The future a check returns. `'static`: it owns whatever it needs.
-    type Future: Future<Output = Result<Decision, BackendError>> + Send + 'static;
+    type Future: Future<Output = CheckResult> + Send + 'static;
 
-    /// Checks `key` against every policy in `policies` with `cost` units, at the backend's
-    /// own current time (the in-memory backend's clock; Redis's `TIME`).
+    /// Checks `key` with `cost` units against the policies `limits` resolves for it — its
+    /// override stored in the backend, else its tier's policies, else the
+    /// [`Unconfigured`](crate::Unconfigured) behaviour — at `now_ms` (ms since the epoch the
+    /// caller chose: simulations and tests), or at the backend's own time when `None` (the
+    /// in-memory backend's clock; Redis's `TIME`). The decision's [`Decision::applied`] says
+    /// which configuration decided.
     ///
     /// The request is admitted only if every policy admits it; a denied request consumes
     /// from none. A cost of 0 is a query: always admitted, changing nothing.
     ///
     /// # Errors
-    /// [`BackendError`] when no decision could be made: the policy list is empty
-    /// ([`BackendError::InvalidRequest`]), the backend is at its key cap, unreachable, timed
-    /// out, or its stored state is unreadable. An error never changes state.
-    fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Self::Future;
-
-    /// As [`Backend::check`], but at the explicit time `now_ms` (ms since the epoch the
-    /// caller chose) instead of the backend's clock: for simulations and tests.
-    ///
-    /// # Errors
-    /// As [`Backend::check`].
-    fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future;
-
-    /// Checks `key` with `cost` units against the policies `limits` resolves for it — its
-    /// override stored in the backend, else its tier's policies, else the [`Unconfigured`](crate::Unconfigured)
-    /// behaviour — at `now_ms`, or at the backend's own time when `None`. The decision's
-    /// [`Decision::applied`] says which configuration decided.
-    ///
-    /// [`Backend::check`] is this with [`Limits`] of the given policies and no tiers: a key's
-    /// override applies there too.
-    ///
-    /// # Errors
-    /// As [`Backend::check`]; also [`BackendError::InvalidState`] when the key's stored
-    /// configuration cannot be read.
+    /// [`BackendError`] when no decision could be made: the backend is at its key cap,
+    /// unreachable, timed out, its stored state or configuration for the key is unreadable,
+    /// or the request cannot be represented exactly (a time beyond 2^53 − 1 ms). An error
+    /// never changes state.
     fn check_limits(
         &self,
         key: &str,
@@ -63,9 +61,233 @@ pub trait Backend: Clone + Send + Sync + 'static {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Self::Future;
+
+    /// Checks `key` against every policy in `policies` with `cost` units, at the backend's
+    /// own current time: [`Backend::check_limits`] with [`Limits`] of these policies and no
+    /// tiers (a key's stored override applies here too).
+    ///
+    /// # Errors
+    /// As [`Backend::check_limits`]; [`BackendError::InvalidRequest`] when `policies` is
+    /// empty or two of them share a name (they would share one state).
+    fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Checked<Self::Future> {
+        check_policies(self, key, policies, cost, None)
+    }
+
+    /// As [`Backend::check`], but at the explicit time `now_ms` (ms since the epoch the
+    /// caller chose) instead of the backend's clock: for simulations and tests.
+    ///
+    /// # Errors
+    /// As [`Backend::check`].
+    fn check_at(
+        &self,
+        key: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: u64,
+    ) -> Checked<Self::Future> {
+        check_policies(self, key, policies, cost, Some(now_ms))
+    }
+
+    /// Whether the state lives in this process (the in-memory backend: `true`). A local
+    /// fallback ([`wrap::Fallback`](crate::wrap::Fallback)) never stands in for a local
+    /// backend: it would be one more memory store for the same failure.
+    fn is_local(&self) -> bool {
+        false
+    }
+}
+
+fn check_policies<B: Backend + ?Sized>(
+    backend: &B,
+    key: &str,
+    policies: &[Policy],
+    cost: u64,
+    now_ms: Option<u64>,
+) -> Checked<B::Future> {
+    match Limits::new(policies.iter().cloned()) {
+        Ok(limits) => Checked::pending(backend.check_limits(key, &limits, cost, now_ms)),
+        Err(e) => Checked::ready(Err(BackendError::InvalidRequest(e.to_string()))),
+    }
+}
+
+pin_project! {
+    /// The future of [`Backend::check`] and [`Backend::check_at`]: the backend's own future,
+    /// or an error found before asking the backend (an invalid policy list).
+    #[must_use = "futures do nothing unless polled"]
+    #[derive(Debug)]
+    pub struct Checked<F> {
+        #[pin]
+        fut: Option<F>,
+        early: Option<CheckResult>,
+    }
+}
+
+impl<F> Checked<F> {
+    /// A check answered by the backend's future `fut`.
+    pub fn pending(fut: F) -> Self {
+        Checked {
+            fut: Some(fut),
+            early: None,
+        }
+    }
+
+    /// A check answered at once with `result`.
+    pub fn ready(result: CheckResult) -> Self {
+        Checked {
+            fut: None,
+            early: Some(result),
+        }
+    }
+}
+
+impl Checked<Ready<CheckResult>> {
+    /// The result of a check whose backend answers at once (the in-memory backend), without
+    /// polling: `backend.check(..).into_inner()`.
+    pub fn into_inner(self) -> CheckResult {
+        match (self.early, self.fut) {
+            (Some(r), _) => r,
+            (None, Some(f)) => f.into_inner(),
+            (None, None) => Err(BackendError::InvalidRequest(
+                "the check was already taken".into(),
+            )),
+        }
+    }
+}
+
+impl<F: Future<Output = CheckResult>> Checked<F> {
+    /// Polls the check once, without a runtime: its result if the backend answered at once
+    /// (the in-memory backend and the wrappers around it always do), else `None` (the check
+    /// is dropped, which changes no state if it never reached the backend).
+    pub fn now_or_never(self) -> Option<CheckResult> {
+        let mut fut = std::pin::pin!(self);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+}
+
+impl<F: Future<Output = CheckResult>> Future for Checked<F> {
+    type Output = CheckResult;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CheckResult> {
+        let this = self.project();
+        if let Some(r) = this.early.take() {
+            return Poll::Ready(r);
+        }
+        match this.fut.as_pin_mut() {
+            Some(f) => f.poll(cx),
+            // Polled after completion: stay pending rather than panic.
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The operators' live-quota operations: inspect, reset, refund and configure one key. Every
+/// backend has the same signatures and return types, so tools (`turnstile quota`) and
+/// services work against either.
+///
+/// Operations that give quota back or change a key's policies bump the key's version
+/// ([`KeyConfig::version`], [`Decision::version`]). Times are ms since the epoch the caller
+/// chose, or the backend's own time when `None`, as in [`Backend::check_limits`].
+pub trait Quotas: Backend {
+    /// Every policy's `remaining` and `reset_after` for `key` without consuming anything (a
+    /// check of cost 0): never changes state.
+    ///
+    /// # Errors
+    /// As [`Backend::check_limits`].
+    fn peek(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now_ms: Option<u64>,
+    ) -> impl Future<Output = CheckResult> + Send {
+        self.check_limits(key, limits, 0, now_ms)
+    }
+
+    /// Forgets the state of every policy that applies to `key` (it is fresh again), keeping
+    /// its configuration, bumps its version, and returns its state afterwards as
+    /// [`Quotas::peek`] would.
+    ///
+    /// # Errors
+    /// As [`Backend::check_limits`].
+    fn reset(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now_ms: Option<u64>,
+    ) -> impl Future<Output = CheckResult> + Send;
+
+    /// Gives `cost` units back to `key` under every policy that applies to it, as
+    /// [`algorithm::refund`](crate::algorithm::refund) defines per algorithm (never beyond a
+    /// fresh key's capacity), bumps its version, and returns its state afterwards as
+    /// [`Quotas::peek`] would.
+    ///
+    /// # Errors
+    /// As [`Backend::check_limits`].
+    fn refund(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> impl Future<Output = CheckResult> + Send;
+
+    /// The stored configuration of `key`: its override, its tier, its version (empty, version
+    /// 0, for a key never configured).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidState`] when the stored configuration cannot be read; otherwise
+    /// as [`Backend::check_limits`].
+    fn config(&self, key: &str) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
+
+    /// Stores `policies` as `key`'s override: from the next check on they replace the
+    /// defaults and the key's tier. State of a policy of the same name carries over (see
+    /// [`algorithm::carry_over`](crate::algorithm::carry_over)). Returns the new
+    /// configuration.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an empty set or two policies of one name;
+    /// otherwise as [`Quotas::config`].
+    fn set_override(
+        &self,
+        key: &str,
+        policies: &[Policy],
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
+
+    /// Removes `key`'s override (its tier, if any, applies again). Returns the new
+    /// configuration.
+    ///
+    /// # Errors
+    /// As [`Quotas::config`].
+    fn remove_override(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
+
+    /// Maps `key` to the tier `tier` (`None`: no tier). Returns the new configuration.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an invalid tier name; otherwise as
+    /// [`Quotas::config`].
+    fn set_tier(
+        &self,
+        key: &str,
+        tier: Option<&str>,
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
+
+    /// Removes `key`'s whole configuration, its override and its tier, in one change (one
+    /// version). Returns the new configuration.
+    ///
+    /// # Errors
+    /// As [`Quotas::config`].
+    fn clear_config(&self, key: &str)
+        -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
 }
 
 /// Why a backend could not make a decision. Never a panic; an error changes no state.
+///
+/// [`FailurePolicy`](crate::FailurePolicy) says what a request gets for each kind.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BackendError {
@@ -81,15 +303,16 @@ pub enum BackendError {
         /// The timeout that elapsed.
         after: Duration,
     },
-    /// The backend could not be reached, or the connection failed mid-call.
+    /// The backend could not be reached, the connection failed mid-call, or the backend is
+    /// known to be down and was not asked (the message names the node).
     Connection(BoxError),
     /// The backend ran the check but reported an error (e.g. a Redis script error).
     Script(String),
     /// The stored state or configuration for the key could not be read (corrupt or written
     /// by something else).
     InvalidState(String),
-    /// The request itself was invalid: no policies, or a cost or time beyond 2^53 − 1 where
-    /// the backend cannot represent it exactly.
+    /// The request itself was invalid: no policies, two policies of one name, or a cost or
+    /// time beyond 2^53 − 1 where the backend cannot represent it exactly.
     InvalidRequest(String),
 }
 
@@ -106,6 +329,16 @@ impl BackendError {
             BackendError::InvalidState(_) => "invalid_state",
             BackendError::InvalidRequest(_) => "invalid_request",
         }
+    }
+
+    /// Whether the backend could not serve the request at all (unreachable, timed out, or it
+    /// failed running the check): the errors a local fallback stands in for, and the only
+    /// ones that can count as evidence that a node is down.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            BackendError::Timeout { .. } | BackendError::Connection(_) | BackendError::Script(_)
+        )
     }
 }
 

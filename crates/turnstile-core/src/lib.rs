@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use turnstile_core::{ManualClock, MemoryBackend, Policy};
+//! use turnstile_core::{Backend, ManualClock, MemoryBackend, Policy};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // 10 per second and 100 per hour, checked together: all-or-nothing.
@@ -20,11 +20,11 @@
 //! let backend = MemoryBackend::builder().clock(clock.clone()).build();
 //!
 //! let admitted = (0..12)
-//!     .filter(|_| backend.decide("alice", &policies, 1).map_or(false, |d| d.allowed()))
+//!     .filter(|_| backend.check("alice", &policies, 1).into_inner().is_ok_and(|d| d.allowed()))
 //!     .count();
 //! assert_eq!(admitted, 10);
 //!
-//! let denied = backend.decide("alice", &policies, 1)?;
+//! let denied = backend.check("alice", &policies, 1).into_inner()?;
 //! assert!(!denied.allowed());
 //! assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
 //! assert_eq!(denied.violated().next().map(|p| p.name()), Some("per-second"));
@@ -35,6 +35,7 @@
 
 pub mod algorithm;
 mod backend;
+mod failure;
 mod clock;
 mod decision;
 mod few;
@@ -42,9 +43,11 @@ mod ip;
 mod memory;
 mod policy;
 mod quota;
+pub mod wrap;
 
 pub use algorithm::{Evaluation, State};
-pub use backend::{Backend, BackendError, BoxError};
+pub use backend::{Backend, BackendError, BoxError, CheckResult, Checked, Quotas};
+pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{exact_ms, Decision, PolicyDecision};
 pub use ip::{ip_key, DEFAULT_IPV6_PREFIX};

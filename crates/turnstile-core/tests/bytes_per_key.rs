@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use turnstile_core::{MemoryBackend, Policy};
+use turnstile_core::{Backend, MemoryBackend, Policy};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -26,7 +26,7 @@ fn bytes_per_key() {
         let policies = [policy];
         let before = live_bytes();
         for k in &keys {
-            b.decide_at(k, &policies, cost, 1_000).unwrap();
+            b.check_at(k, &policies, cost, 1_000).into_inner().unwrap();
         }
         let per_key = (live_bytes() - before) as f64 / n as f64;
         drop(b);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::sample::select;
 use turnstile_core::algorithm::{check, evaluate};
-use turnstile_core::{Algorithm, Decision, MemoryBackend, Policy, PolicyDecision, State};
+use turnstile_core::{Algorithm, Backend, Decision, MemoryBackend, Policy, PolicyDecision, State};
 
 /// The exact duration rounded up to whole ms (the core rounds up to ns; ceil again is exact).
 fn ceil_ms(d: Duration) -> u64 {
@@ -349,7 +349,7 @@ proptest! {
         let mut model: HashMap<(bool, usize), State> = HashMap::new();
         for (i, &(t, key, c)) in trace.iter().enumerate() {
             let name = if key { "alice" } else { "bob" };
-            let got = backend.decide_at(name, &policies, c, t).expect("a decision");
+            let got = backend.check_at(name, &policies, c, t).into_inner().expect("a decision");
             let alone: Vec<PolicyDecision> = policies
                 .iter()
                 .enumerate()

@@ -3,15 +3,16 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use turnstile_core::{Backend, Policy};
-//! use turnstile_redis::{OnFailure, RedisBackend};
+//! use turnstile_core::{wrap::DenyCache, Backend, Policy};
+//! use turnstile_redis::RedisBackend;
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let redis = RedisBackend::builder("redis://127.0.0.1:6379")
 //!         .prefix("myapp:turnstile:v1")
-//!         .on_failure(OnFailure::LocalFallback)
 //!         .build()?;
+//!     // Repeated denials answered locally, without asking Redis again.
+//!     let redis = DenyCache::new(redis);
 //!     let policies = [
 //!         Policy::token_bucket(10, Duration::from_secs(1))?.with_name("per-second")?,
 //!         Policy::sliding_window(1000, Duration::from_secs(3600))?.with_name("per-hour")?,
@@ -30,15 +31,16 @@
 //! [turnstile]: https://docs.rs/turnstile
 
 mod backend;
-mod deny_cache;
+mod builder;
 mod keys;
+mod quotas;
 mod script;
 
-pub use backend::{
-    CheckFuture, ConfigError, OnFailure, RedisBackend, RedisBackendBuilder, RedisStats,
-    DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT, SIMULATION_MIN_TTL,
+pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
+pub use builder::{
+    InvalidRedisConfig, RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_TIMEOUT,
 };
 pub use deadpool_redis::redis;
-pub use deny_cache::DEFAULT_DENY_CACHE_MAX;
 pub use keys::KeyEncoding;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};

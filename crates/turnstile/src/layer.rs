@@ -1,145 +1,23 @@
 //! [`RateLimitLayer`] and its builder: configuration, shared by every service it builds.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
-use turnstile_core::{
-    Algorithm, BackendError, Limits, LimitsError, MemoryBackend, Policy, Unconfigured,
-};
+use turnstile_core::wrap::Fallback;
+use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
 
+use crate::action::{check_action, check_action_policies, max_leaky_delay, Action};
+use crate::error::ConfigError;
 use crate::headers::policy_value;
-use crate::key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
+use crate::key::{KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::response::{Denial, DenialFn, DenialFnDebug};
 use crate::rule::{CompiledRule, CostFn, Rule};
 use crate::service::RateLimit;
-
-/// What the layer does when the backend cannot decide (an error or a timeout).
-///
-/// The Redis backend has its own, richer failure policy (including a local in-memory
-/// fallback); this one applies to whatever error still reaches the layer, such as
-/// [`BackendError::CapacityExceeded`] from a capped [`MemoryBackend`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FailurePolicy {
-    /// Admit the request without rate-limit headers (the default): a limiter failure does
-    /// not take the service down. The error is logged once per incident.
-    #[default]
-    Open,
-    /// Answer `503 Service Unavailable` (gRPC: `UNAVAILABLE`) without calling the inner
-    /// service.
-    Closed,
-}
-
-/// What the layer does with a request its policies deny.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Action {
-    /// Answer the denial at once (the default): `429` with `Retry-After`, or gRPC
-    /// `RESOURCE_EXHAUSTED`. A leaky bucket's admitted requests still wait their `delay`.
-    #[default]
-    Reject,
-    /// Hold a denied request for its `retry_after`, then check it again (as often as it
-    /// takes) — but never hold any request longer than `max_wait` in all (waits plus a leaky
-    /// bucket's delay). A request is waited for only while the wait, plus the longest delay a
-    /// leaky bucket of its rule could then give it, still ends within `max_wait`; otherwise
-    /// it is rejected then and there (at once if its first check already cannot make it, or
-    /// when no wait can help). A layer whose leaky bucket could ask for more than `max_wait`
-    /// ((B − 1)·T) is refused when it is built.
-    Delay {
-        /// The longest a request is held before it reaches the inner service.
-        max_wait: Duration,
-    },
-    /// Dry run: admit every request, without waiting and without rate-limit headers, but
-    /// count ([`RateLimitLayer::shadow_denied`]) and log (`tracing`, target
-    /// `turnstile::shadow`, level INFO) each request that would have been denied. Denied
-    /// requests consume nothing, so the counts are what enforcing would have done.
-    Shadow,
-}
-
-impl Action {
-    /// [`Action::Delay`] with `max_wait`.
-    pub fn delay(max_wait: Duration) -> Self {
-        Action::Delay { max_wait }
-    }
-}
-
-/// Why a layer could not be built.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// No policy was given, neither on the layer nor in a rule.
-    NoPolicies,
-    /// A rule that is not exempt has no policy.
-    RuleWithoutPolicies(String),
-    /// An exempt rule was also given policies.
-    ExemptRuleWithPolicies(String),
-    /// Two policies of one rule (or of the layer) share a name, so they would share state.
-    DuplicatePolicyName(String),
-    /// Two rules apply policies of the same name but different parameters; they would fight
-    /// over one counter.
-    ConflictingPolicy(String),
-    /// The name derived for a rule's policy (`<rule label> <parameters>`) is not a valid
-    /// policy name (too long, or holds `"` or `\`); name the rule or the policy.
-    InvalidPolicyName(String),
-    /// A tier was invalid: a bad or repeated tier name, no policies, or two of its policies
-    /// share a name.
-    Tier(LimitsError),
-    /// With [`Action::Delay`], a leaky-bucket policy could ask a request to wait longer than
-    /// `max_wait`: (B − 1)·T exceeds it.
-    DelayExceedsMaxWait {
-        /// The policy's name.
-        policy: String,
-        /// (B − 1)·T, rounded up.
-        max_delay: Duration,
-        /// The configured maximum wait.
-        max_wait: Duration,
-    },
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
-            ConfigError::RuleWithoutPolicies(r) => {
-                write!(f, "rule {r:?} has no policy and is not exempt")
-            }
-            ConfigError::Tier(e) => write!(f, "invalid tier: {e}"),
-            ConfigError::ExemptRuleWithPolicies(r) => {
-                write!(f, "rule {r:?} is exempt but also has policies")
-            }
-            ConfigError::DuplicatePolicyName(n) => write!(
-                f,
-                "two policies are named {n:?}; names must be unique within a rule"
-            ),
-            ConfigError::ConflictingPolicy(n) => write!(
-                f,
-                "two rules apply policies named {n:?} with different parameters; a shared name means a shared counter, so the parameters must match"
-            ),
-            ConfigError::InvalidPolicyName(n) => write!(
-                f,
-                "the derived policy name {n:?} is not a valid policy name; give the rule a shorter name with Rule::name or the policy an explicit one"
-            ),
-            ConfigError::DelayExceedsMaxWait {
-                policy,
-                max_delay,
-                max_wait,
-            } => write!(
-                f,
-                "leaky-bucket policy {policy:?} can delay a request by up to {} ms, more than the maximum wait of {} ms",
-                max_delay.as_millis(),
-                max_wait.as_millis()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+use crate::state::{Config, Settings};
 
 /// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
 ///
@@ -200,82 +78,6 @@ pub struct RateLimitLayer<B = MemoryBackend, K = PeerIp> {
     pub(crate) config: Arc<Config<B, K>>,
 }
 
-/// Everything a service and its futures need.
-pub(crate) struct Config<B, K> {
-    pub(crate) backend: B,
-    pub(crate) key: K,
-    pub(crate) settings: Arc<Settings>,
-    pub(crate) stats: Stats,
-}
-
-/// The layer's configuration apart from backend and key.
-pub(crate) struct Settings {
-    pub(crate) rules: Box<[CompiledRule]>,
-    /// The layer's own policies, the last entry of `rules` when there are any.
-    pub(crate) has_default: bool,
-    pub(crate) cost: Option<CostFn>,
-    pub(crate) exempt_keys: HashSet<Box<str>>,
-    pub(crate) action: Action,
-    pub(crate) failure: FailurePolicy,
-    pub(crate) missing_key: MissingKey,
-    pub(crate) headers_on_allowed: bool,
-    pub(crate) legacy_headers: bool,
-    pub(crate) response: Option<DenialFn>,
-    pub(crate) key_logging: KeyLogging,
-    /// The prepared metric keys of every policy of the rules and tiers.
-    pub(crate) metric_keys: Arc<crate::metrics::Keys>,
-}
-
-/// Counters and once-per-incident log flags, shared by every service of one layer.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    incident: AtomicBool,
-    warned_key: AtomicBool,
-    shadow_denied: AtomicU64,
-}
-
-impl<B, K> Config<B, K> {
-    pub(crate) fn backend_failed(&self, e: &BackendError) {
-        if !self.stats.incident.swap(true, Ordering::Relaxed) {
-            tracing::warn!(error = %e, kind = e.kind(), failure_policy = ?self.settings.failure, "rate-limit backend failed; applying the failure policy until it recovers");
-        }
-    }
-
-    pub(crate) fn backend_ok(&self) {
-        if self.stats.incident.load(Ordering::Relaxed)
-            && self.stats.incident.swap(false, Ordering::Relaxed)
-        {
-            tracing::info!("rate-limit backend recovered");
-        }
-    }
-
-    pub(crate) fn key_failed(&self, e: &KeyError) {
-        if e.is_misconfiguration() && !self.stats.warned_key.swap(true, Ordering::Relaxed) {
-            tracing::error!("{e}");
-        }
-    }
-
-    pub(crate) fn shadow_denied(&self) {
-        self.stats.shadow_denied.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The cost of `req` under `rule`: the rule's cost function, else the layer's, else 1.
-    pub(crate) fn cost(&self, rule: &CompiledRule, req: &RequestRef<'_>) -> u64 {
-        match rule.rule.cost.as_ref().or(self.settings.cost.as_ref()) {
-            Some(f) => f(req),
-            None => 1,
-        }
-    }
-
-    /// The denial response for `denial`, custom or default, without rate-limit headers.
-    pub(crate) fn denial_response(&self, denial: &Denial<'_>) -> Response<Bytes> {
-        match &self.settings.response {
-            Some(f) => f(denial),
-            None => crate::response::default_denial(denial),
-        }
-    }
-}
-
 impl<B, K> Clone for RateLimitLayer<B, K> {
     fn clone(&self) -> Self {
         RateLimitLayer {
@@ -329,7 +131,7 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
             cost: None,
             exempt_keys: Vec::new(),
             action: Action::Reject,
-            failure: FailurePolicy::Open,
+            failure: FailurePolicy::Local,
             missing_key: MissingKey::Reject,
             headers_on_allowed: true,
             legacy_headers: false,
@@ -343,46 +145,60 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
 
 impl<B, K> RateLimitLayer<B, K> {
     /// The same layer with state in `backend` (for example a shared [`MemoryBackend`], or a
-    /// Redis backend so a fleet enforces one limit).
+    /// Redis backend so a fleet enforces one limit). The shadow-mode count and incident state
+    /// stay shared with this layer.
     pub fn backend<B2>(self, backend: B2) -> RateLimitLayer<B2, K>
     where
         K: Clone,
     {
+        let c = &self.config;
         RateLimitLayer {
             config: Arc::new(Config {
-                backend,
-                key: self.config.key.clone(),
-                settings: Arc::clone(&self.config.settings),
-                stats: Stats::default(),
+                backend: Fallback::new(backend, c.settings.failure),
+                key: c.key.clone(),
+                settings: Arc::clone(&c.settings),
+                stats: Arc::clone(&c.stats),
             }),
         }
     }
 
-    /// The same layer keying requests by `key` instead.
+    /// The same layer keying requests by `key` instead. Counters stay shared.
     pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayer<B, K2>
     where
         B: Clone,
     {
+        let c = &self.config;
         RateLimitLayer {
             config: Arc::new(Config {
-                backend: self.config.backend.clone(),
+                backend: c.backend.clone(),
                 key,
-                settings: Arc::clone(&self.config.settings),
-                stats: Stats::default(),
+                settings: Arc::clone(&c.settings),
+                stats: Arc::clone(&c.stats),
             }),
         }
     }
 
-    /// The same layer with `failure` applied when the backend cannot decide.
+    /// The same layer with `failure` applied when the backend cannot decide (see
+    /// [`FailurePolicy`] for the table). Counters stay shared.
     pub fn on_backend_failure(self, failure: FailurePolicy) -> Self
     where
         B: Clone,
         K: Clone,
     {
-        self.map_settings(|s| s.failure = failure)
+        let c = &self.config;
+        let mut settings = Settings::clone(&c.settings);
+        settings.failure = failure;
+        RateLimitLayer {
+            config: Arc::new(Config {
+                backend: Fallback::new(c.backend.inner().clone(), failure),
+                key: c.key.clone(),
+                settings: Arc::new(settings),
+                stats: Arc::clone(&c.stats),
+            }),
+        }
     }
 
-    /// The same layer with `action` applied to denied requests.
+    /// The same layer with `action` applied to denied requests. Counters stay shared.
     ///
     /// # Errors
     /// [`ConfigError::DelayExceedsMaxWait`] for [`Action::Delay`] when a leaky-bucket policy
@@ -393,38 +209,17 @@ impl<B, K> RateLimitLayer<B, K> {
         K: Clone,
     {
         check_action(&self.config.settings.rules, action)?;
-        Ok(self.map_settings(|s| s.action = action))
-    }
-
-    fn map_settings(self, f: impl FnOnce(&mut Settings)) -> Self
-    where
-        B: Clone,
-        K: Clone,
-    {
-        let s = &self.config.settings;
-        let mut settings = Settings {
-            rules: s.rules.clone(),
-            has_default: s.has_default,
-            cost: s.cost.clone(),
-            exempt_keys: s.exempt_keys.clone(),
-            action: s.action,
-            failure: s.failure,
-            missing_key: s.missing_key.clone(),
-            headers_on_allowed: s.headers_on_allowed,
-            legacy_headers: s.legacy_headers,
-            response: s.response.clone(),
-            key_logging: s.key_logging,
-            metric_keys: Arc::clone(&s.metric_keys),
-        };
-        f(&mut settings);
-        RateLimitLayer {
+        let c = &self.config;
+        let mut settings = Settings::clone(&c.settings);
+        settings.action = action;
+        Ok(RateLimitLayer {
             config: Arc::new(Config {
-                backend: self.config.backend.clone(),
-                key: self.config.key.clone(),
+                backend: c.backend.clone(),
+                key: c.key.clone(),
                 settings: Arc::new(settings),
-                stats: Stats::default(),
+                stats: Arc::clone(&c.stats),
             }),
-        }
+        })
     }
 
     /// The layer's own policies (those applied to requests no rule matches), in order.
@@ -438,13 +233,18 @@ impl<B, K> RateLimitLayer<B, K> {
 
     /// The backend.
     pub fn backend_ref(&self) -> &B {
-        &self.config.backend
+        self.config.backend.inner()
+    }
+
+    /// What the layer does when the backend cannot decide.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.config.settings.failure
     }
 
     /// How many requests [`Action::Shadow`] admitted that enforcing would have denied, over
     /// every service this layer built.
     pub fn shadow_denied(&self) -> u64 {
-        self.config.stats.shadow_denied.load(Ordering::Relaxed)
+        self.config.stats.shadow_denied()
     }
 }
 
@@ -585,7 +385,8 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// What to do when the backend cannot decide (default [`FailurePolicy::Open`]).
+    /// What to do when the backend cannot decide (default [`FailurePolicy::Local`]: decide
+    /// in memory on this process; see [`FailurePolicy`] for the whole table).
     pub fn on_backend_failure(mut self, failure: FailurePolicy) -> Self {
         self.failure = failure;
         self
@@ -713,7 +514,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         );
         Ok(RateLimitLayer {
             config: Arc::new(Config {
-                backend: self.backend,
+                backend: Fallback::new(self.backend, self.failure),
                 key: self.key,
                 settings: Arc::new(Settings {
                     rules: rules.into_boxed_slice(),
@@ -733,7 +534,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                     key_logging: self.key_logging,
                     metric_keys: Arc::new(metric_keys),
                 }),
-                stats: Stats::default(),
+                stats: Arc::default(),
             }),
         })
     }
@@ -778,39 +579,6 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, ConfigError> 
         rule,
         max_leaky_delay,
     })
-}
-
-/// (B − 1)·T = (B − 1)·P / L, rounded up to whole nanoseconds: the longest `delay` a leaky
-/// bucket gives a request costing at least 1.
-fn max_leaky_delay(p: &Policy) -> Duration {
-    let b = u128::from(p.capacity().saturating_sub(1));
-    let ns = (b * u128::from(p.period_ms()) * 1_000_000).div_ceil(u128::from(p.limit().max(1)));
-    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
-}
-
-fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), ConfigError> {
-    for r in rules {
-        check_action_policies(&r.policies, action)?;
-    }
-    Ok(())
-}
-
-fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), ConfigError> {
-    if let Action::Delay { max_wait } = action {
-        for p in policies {
-            if p.algorithm() == Algorithm::LeakyBucket {
-                let max_delay = max_leaky_delay(p);
-                if max_delay > max_wait {
-                    return Err(ConfigError::DelayExceedsMaxWait {
-                        policy: p.name().to_owned(),
-                        max_delay,
-                        max_wait,
-                    });
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -57,6 +57,9 @@
 mod body;
 #[cfg(feature = "config")]
 pub mod config;
+mod action;
+mod decide;
+mod error;
 mod future;
 mod grpc;
 pub mod headers;
@@ -66,6 +69,8 @@ pub mod metrics;
 mod response;
 mod rule;
 mod service;
+mod state;
+mod trace;
 
 /// The Redis backend (feature `redis`): the `turnstile-redis` crate.
 #[cfg(feature = "redis")]
@@ -74,13 +79,15 @@ pub use turnstile_redis as redis;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
-pub use layer::{Action, ConfigError, FailurePolicy, RateLimitLayer, RateLimitLayerBuilder};
+pub use action::Action;
+pub use error::ConfigError;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;
 pub use service::RateLimit;
 
 pub use turnstile_core::{
-    self as core, Algorithm, Applied, Backend, BackendError, Clock, Decision, InvalidPolicy,
-    KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, SystemClock,
-    Unconfigured,
+    self as core, Algorithm, Applied, Backend, BackendError, Clock, Decision, FailurePolicy,
+    InvalidPolicy, KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas,
+    SystemClock, Unconfigured,
 };

@@ -30,6 +30,17 @@ pub enum Protocol {
     Grpc,
 }
 
+impl Protocol {
+    /// The protocol of `req`: gRPC when its `content-type` starts with `application/grpc`.
+    pub(crate) fn of(req: &crate::key::RequestRef<'_>) -> Self {
+        if req.is_grpc() {
+            Protocol::Grpc
+        } else {
+            Protocol::Http
+        }
+    }
+}
+
 /// What a custom denial response function is told about a denied request.
 #[derive(Debug)]
 pub struct Denial<'a> {
@@ -159,9 +170,9 @@ fn too_many_requests(decision: &Decision) -> Response<Bytes> {
 }
 
 /// The fail-closed answer when the backend cannot decide: `503` or `UNAVAILABLE`.
-pub(crate) fn unavailable(grpc: bool) -> Response<Bytes> {
+pub(crate) fn unavailable(protocol: Protocol) -> Response<Bytes> {
     const MSG: &str = "The rate limiter is unavailable; try again later.";
-    if grpc {
+    if protocol == Protocol::Grpc {
         grpc::status_only(Code::Unavailable, MSG)
     } else {
         plain(StatusCode::SERVICE_UNAVAILABLE, format!("{MSG}\n"))
@@ -169,9 +180,9 @@ pub(crate) fn unavailable(grpc: bool) -> Response<Bytes> {
 }
 
 /// The answer to a request whose key cannot be extracted.
-pub(crate) fn key_error(e: &KeyError, grpc: bool) -> Response<Bytes> {
+pub(crate) fn key_error(e: &KeyError, protocol: Protocol) -> Response<Bytes> {
     let msg = e.message();
-    match (grpc, e.is_misconfiguration()) {
+    match (protocol == Protocol::Grpc, e.is_misconfiguration()) {
         (true, true) => grpc::status_only(Code::Internal, msg.trim_end()),
         (true, false) => grpc::status_only(Code::InvalidArgument, msg.trim_end()),
         (false, true) => plain(StatusCode::INTERNAL_SERVER_ERROR, msg.into_owned()),

@@ -12,7 +12,7 @@ use turnstile_core::Backend;
 use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
-use crate::layer::Config;
+use crate::state::Config;
 
 /// The rate-limiting middleware built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///

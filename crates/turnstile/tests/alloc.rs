@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use http::{Request, Response};
 use tower::{Layer, Service, ServiceExt};
-use turnstile::{Policy, RateLimitLayer};
+use turnstile::{Backend, Policy, RateLimitLayer};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -83,10 +83,10 @@ async fn allocations_per_request() {
     let pol = ["token-bucket:limit=4294967295,period=1s,name=per-ip"
         .parse::<Policy>()
         .unwrap()];
-    let _ = backend.decide("192.0.2.1", &pol, 1);
+    let _ = backend.check("192.0.2.1", &pol, 1).into_inner();
     let before = allocations();
     for _ in 0..1000 {
-        let _ = backend.decide("192.0.2.1", &pol, 1);
+        let _ = backend.check("192.0.2.1", &pol, 1).into_inner();
     }
     let in_backend = (allocations() - before) as f64 / 1000.0;
 

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use http::{Request, Response, StatusCode};
 use tower::{Layer, Service, ServiceExt};
-use turnstile::config::{BackendFailure, LayerConfig};
+use turnstile::config::LayerConfig;
 use turnstile::{Action, FailurePolicy, Unconfigured};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/turnstile.toml");
@@ -56,8 +56,8 @@ fn the_example_file_parses_and_builds() {
     assert_eq!(config.action(), Action::Reject);
     assert_eq!(config.unconfigured(), Unconfigured::Defaults);
     assert_eq!(config.backend().url(), Some("redis://127.0.0.1:6379"));
-    assert_eq!(config.backend().failure(), BackendFailure::Local);
-    assert_eq!(config.failure_policy(), FailurePolicy::Open);
+    assert_eq!(config.backend().failure(), FailurePolicy::Local);
+    assert_eq!(config.failure_policy(), FailurePolicy::Local);
     let layer = config.builder().build().unwrap();
     assert_eq!(layer.policies().len(), 1);
     let text = config.to_string();

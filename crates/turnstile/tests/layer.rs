@@ -7,7 +7,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower_test::mock;
-use turnstile::{FailurePolicy, ManualClock, MemoryBackend, Policy, RateLimitLayer};
+use turnstile::{Backend, FailurePolicy, ManualClock, MemoryBackend, Policy, RateLimitLayer};
 
 type Req = Request<()>;
 
@@ -195,7 +195,8 @@ async fn backend_failure_follows_the_failure_policy() {
     let pol: Policy = "token-bucket:limit=5,period=1s".parse().unwrap();
     let full = MemoryBackend::builder().max_keys(1).build();
     // Fill the one slot.
-    full.decide("someone-else", std::slice::from_ref(&pol), 1)
+    full.check("someone-else", std::slice::from_ref(&pol), 1)
+        .into_inner()
         .unwrap();
 
     let closed = RateLimitLayer::new(pol.clone())
@@ -232,7 +233,7 @@ async fn dropping_the_future_leaves_the_limiter_consistent() {
     drop(svc.call(req_from("192.0.2.1")));
     // The memory backend decided (and consumed) at call time; a dropped future neither
     // double-counts nor corrupts: exactly one unit is used.
-    let q = backend.decide("192.0.2.1", &[pol], 0).unwrap();
+    let q = backend.check("192.0.2.1", &[pol], 0).into_inner().unwrap();
     assert_eq!(q.remaining(), 2);
     assert_ready_ok!(svc.poll_ready());
 }

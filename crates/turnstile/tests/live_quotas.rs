@@ -7,7 +7,9 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use tower::{Layer, Service, ServiceExt};
 use turnstile::key::HeaderKey;
-use turnstile::{Applied, Clock, ManualClock, MemoryBackend, Policy, RateLimitLayer, Unconfigured};
+use turnstile::{
+    Applied, Clock, ManualClock, MemoryBackend, Policy, Quotas, RateLimitLayer, Unconfigured,
+};
 
 fn p(s: &str) -> Policy {
     s.parse().unwrap()
@@ -73,7 +75,7 @@ async fn tiers_and_overrides_take_effect_on_the_next_request() {
 
     // The key moves to the pro tier: five per hour from the next request on, and the one
     // request it already made still counts (the counter carries over).
-    backend.set_tier("free-user", Some("pro")).unwrap();
+    backend.set_tier("free-user", Some("pro")).await.unwrap();
     let (s, res) = send(&mut svc, "free-user", 4).await;
     assert_eq!(s, [200, 200, 200, 429]);
     assert_eq!(res.headers()["ratelimit-policy"], "\"api\";q=5;w=3600");
@@ -82,8 +84,9 @@ async fn tiers_and_overrides_take_effect_on_the_next_request() {
     backend
         .set_override(
             "free-user",
-            vec![p("fixed-window:limit=7,period=1h,name=api")],
+            &[p("fixed-window:limit=7,period=1h,name=api")],
         )
+        .await
         .unwrap();
     let (s, res) = send(&mut svc, "free-user", 3).await;
     assert_eq!(s, [200, 200, 429]);
@@ -93,19 +96,21 @@ async fn tiers_and_overrides_take_effect_on_the_next_request() {
     // A refund gives one back; a reset gives everything back.
     let limits = turnstile::Limits::new([p("fixed-window:limit=2,period=1h,name=api")]).unwrap();
     let d = backend
-        .refund_at("free-user", &limits, 1, clock.now_ms())
+        .refund("free-user", &limits, 1, Some(clock.now_ms()))
+        .await
         .unwrap();
     assert_eq!((d.applied(), d.remaining()), (&Applied::Override, 1));
     let (s, _) = send(&mut svc, "free-user", 2).await;
     assert_eq!(s, [200, 429]);
     backend
-        .reset_at("free-user", &limits, clock.now_ms())
+        .reset("free-user", &limits, Some(clock.now_ms()))
+        .await
         .unwrap();
     let (s, _) = send(&mut svc, "free-user", 8).await;
     assert_eq!(s, [200, 200, 200, 200, 200, 200, 200, 429]);
 
     // Removing the override puts the tier back (its counter is the same "api" one).
-    backend.remove_override("free-user").unwrap();
+    backend.remove_override("free-user").await.unwrap();
     let (s, _) = send(&mut svc, "free-user", 1).await;
     assert_eq!(s, [429]);
     clock.advance(Duration::from_secs(3600));
@@ -117,7 +122,7 @@ async fn tiers_and_overrides_take_effect_on_the_next_request() {
 async fn keys_without_configuration_can_be_denied_or_unlimited() {
     let clock = ManualClock::new(0);
     let backend = MemoryBackend::builder().clock(clock.clone()).build();
-    backend.set_tier("customer", Some("pro")).unwrap();
+    backend.set_tier("customer", Some("pro")).await.unwrap();
 
     let mut deny = layer(&backend, Unconfigured::Deny).layer(tower::service_fn(hello));
     let (s, res) = send(&mut deny, "stranger", 1).await;

@@ -10,7 +10,9 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tower::{Layer, Service, ServiceExt};
 use turnstile::key::HeaderKey;
 use turnstile::metrics::*;
-use turnstile::{Action, MemoryBackend, MissingKey, Policy, RateLimitLayer, Rule, Unconfigured};
+use turnstile::{
+    Action, MemoryBackend, MissingKey, Policy, Quotas, RateLimitLayer, Rule, Unconfigured,
+};
 
 /// A clock that follows tokio's (paused) clock, starting at a whole hour.
 #[derive(Clone)]
@@ -260,12 +262,13 @@ async fn tiers_overrides_and_unconfigured_keys() {
     let _guard = metrics::set_default_local_recorder(&recorder);
 
     let backend = MemoryBackend::new();
-    backend.set_tier("192.0.2.1", Some("pro")).unwrap();
+    backend.set_tier("192.0.2.1", Some("pro")).await.unwrap();
     backend
         .set_override(
             "192.0.2.2",
-            vec![p("fixed-window:limit=1,period=1h,name=banned")],
+            &[p("fixed-window:limit=1,period=1h,name=banned")],
         )
+        .await
         .unwrap();
     let layer = RateLimitLayer::builder()
         .backend(backend)

@@ -620,7 +620,8 @@ async fn a_custom_denial_response_is_told_the_protocol() {
 async fn fail_closed_is_unavailable_for_grpc_and_503_for_http() {
     let pol = p("token-bucket:limit=5,period=1s");
     let full = MemoryBackend::builder().max_keys(1).build();
-    full.decide("someone-else", std::slice::from_ref(&pol), 1)
+    full.check("someone-else", std::slice::from_ref(&pol), 1)
+        .into_inner()
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let calls2 = Arc::clone(&calls);

@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
+use turnstile_core::wrap::DenyCache;
 use turnstile_core::{Backend, Policy};
-use turnstile_redis::{OnFailure, RedisBackend};
+use turnstile_redis::RedisBackend;
 
 #[tokio::main]
 async fn main() {
@@ -36,8 +37,8 @@ async fn main() {
     let backend = RedisBackend::builder(url.as_str())
         .prefix(prefix.as_str())
         .timeout(Duration::from_millis(timeout_ms))
-        .on_failure(OnFailure::ReturnError)
         .build()
+        .map(DenyCache::new)
         .unwrap_or_else(|e| {
             eprintln!("hammer: {e}");
             std::process::exit(2)

@@ -63,7 +63,9 @@ use turnstile_core::{format_duration_ms, MemoryBackend, Policy, Unconfigured};
 pub use key::ConfigKey;
 
 use crate::key::{ClientIp, ForwardedHeader, HeaderKey, KeyLogging, MissingKey, PeerIp};
-use crate::layer::{Action, FailurePolicy, RateLimitLayer, RateLimitLayerBuilder};
+use crate::action::Action;
+use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
+use turnstile_core::FailurePolicy;
 use crate::rule::Rule;
 use key::Part;
 use raw::{KeyPart, PolicySpec, RawAction, RawFailure, RawFile, RawForwarded};
@@ -189,46 +191,6 @@ fn floor_char(text: &str, mut i: usize) -> usize {
     i
 }
 
-/// What the layer and the backend do when the backend fails (`[backend] failure`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BackendFailure {
-    /// `local` (the default): a Redis backend decides with its local in-memory fallback
-    /// (`OnFailure::LocalFallback`); whatever error still reaches the layer admits the request
-    /// ([`FailurePolicy::Open`]).
-    #[default]
-    Local,
-    /// `open`: the backend returns its errors (`OnFailure::ReturnError`) and the layer admits
-    /// the request ([`FailurePolicy::Open`]).
-    Open,
-    /// `closed`: the backend returns its errors and the layer answers `503` / gRPC
-    /// `UNAVAILABLE` ([`FailurePolicy::Closed`]).
-    Closed,
-}
-
-impl BackendFailure {
-    /// The layer's failure policy: [`FailurePolicy::Closed`] for `closed`, else `Open`.
-    pub fn failure_policy(self) -> FailurePolicy {
-        match self {
-            BackendFailure::Closed => FailurePolicy::Closed,
-            BackendFailure::Local | BackendFailure::Open => FailurePolicy::Open,
-        }
-    }
-
-    /// Whether a Redis backend should fall back to deciding locally (`local`).
-    pub fn local_fallback(self) -> bool {
-        self == BackendFailure::Local
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            BackendFailure::Local => "local",
-            BackendFailure::Open => "open",
-            BackendFailure::Closed => "closed",
-        }
-    }
-}
-
 /// The `[backend]` table: where rate-limit state lives. turnstile builds the in-memory
 /// backend itself ([`LayerConfig::builder`]); for Redis the application builds a
 /// `turnstile_redis::RedisBackend` from these settings (see `examples/axum_redis.rs`) and
@@ -239,14 +201,14 @@ impl BackendFailure {
 /// | `url` | Redis (`redis://host:port`, `rediss://` for TLS, several comma-separated for a Cluster) | none: in memory |
 /// | `prefix` | the Redis key prefix | the Redis backend's, `turnstile:v1` |
 /// | `timeout` | the Redis call timeout, a duration | the Redis backend's, `100ms` |
-/// | `failure` | `local`, `open` or `closed` ([`BackendFailure`]) | `local` |
+/// | `failure` | `local`, `open` or `closed` ([`FailurePolicy`]) | `local` |
 /// | `max_keys` | the in-memory backend's cap on tracked keys | none |
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendConfig {
     url: Option<String>,
     prefix: Option<String>,
     timeout: Option<Duration>,
-    failure: Option<BackendFailure>,
+    failure: Option<FailurePolicy>,
     max_keys: Option<usize>,
 }
 
@@ -267,12 +229,12 @@ impl BackendConfig {
     }
 
     /// The failure behaviour, if the file sets one.
-    pub fn failure_setting(&self) -> Option<BackendFailure> {
+    pub fn failure_setting(&self) -> Option<FailurePolicy> {
         self.failure
     }
 
-    /// The failure behaviour (default [`BackendFailure::Local`]).
-    pub fn failure(&self) -> BackendFailure {
+    /// The failure behaviour (default [`FailurePolicy::Local`]).
+    pub fn failure(&self) -> FailurePolicy {
         self.failure.unwrap_or_default()
     }
 
@@ -375,7 +337,7 @@ impl LayerConfig {
             .key(self.key.clone())
             .policies(self.policies.iter().cloned())
             .action(self.action)
-            .on_backend_failure(self.backend.failure().failure_policy())
+            .on_backend_failure(self.backend.failure())
             .on_missing_key(self.missing_key.clone())
             .when_unconfigured(self.unconfigured)
             .log_keys(self.key_logging)
@@ -421,7 +383,7 @@ impl LayerConfig {
 
     /// The layer's failure policy (from `[backend] failure`).
     pub fn failure_policy(&self) -> FailurePolicy {
-        self.backend.failure().failure_policy()
+        self.backend.failure()
     }
 
     /// What happens to keys with neither override nor tier.
@@ -557,9 +519,9 @@ impl Validator<'_> {
                 prefix: b.prefix.map(|p| p.0),
                 timeout: b.timeout.map(|t| t.0),
                 failure: b.failure.map(|f| match f {
-                    RawFailure::Local => BackendFailure::Local,
-                    RawFailure::Open => BackendFailure::Open,
-                    RawFailure::Closed => BackendFailure::Closed,
+                    RawFailure::Local => FailurePolicy::Local,
+                    RawFailure::Open => FailurePolicy::Open,
+                    RawFailure::Closed => FailurePolicy::Closed,
                 }),
                 max_keys: b.max_keys.map(|m| m.0),
             })
@@ -928,15 +890,11 @@ impl fmt::Display for LayerConfig {
                 None => writeln!(f, "backend: in memory")?,
             },
         }
-        let failure = match b.failure() {
-            BackendFailure::Local => "Redis decides in memory on each node; errors that still reach the layer admit the request",
-            BackendFailure::Open => "admit the request",
-            BackendFailure::Closed => "answer 503 (gRPC UNAVAILABLE)",
-        };
         writeln!(
             f,
-            "on backend failure: {} ({failure})",
-            b.failure().as_str()
+            "on backend failure: {} ({})",
+            b.failure(),
+            b.failure().describe()
         )?;
         let cost = |c: Option<u64>| c.or(self.cost).unwrap_or(1);
         writeln!(f, "rules (the first that matches applies):")?;

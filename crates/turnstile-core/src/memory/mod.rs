@@ -1,5 +1,7 @@
 //! The in-memory backend: state for one process, shared by every clone.
 
+mod quotas;
+
 use std::fmt;
 use std::future::{ready, Ready};
 use std::hash::BuildHasher;
@@ -10,14 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 
-use crate::algorithm::{carry_over, evaluate, evaluate_few, refund, Evaluation, State};
-use crate::backend::{Backend, BackendError};
+use crate::algorithm::{carry_over, evaluate_few, Evaluation, State};
+use crate::backend::{Backend, BackendError, CheckResult, Checked};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PolicyDecision};
 use crate::few::Few;
 use crate::policy::Policy;
 use crate::quota::{
-    resolve_which, validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits, Tier,
+    resolve_which, validate_policy_set, Applied, KeyConfig, Limits, Tier,
     Unconfigured, Which,
 };
 
@@ -53,20 +55,20 @@ const SWEEP_AT_CAP: usize = 8;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use turnstile_core::{ManualClock, MemoryBackend, Policy};
+/// use turnstile_core::{Backend, ManualClock, MemoryBackend, Policy};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let clock = ManualClock::new(0);
 /// let backend = MemoryBackend::builder().clock(clock.clone()).build();
 /// let per_second = Policy::token_bucket(2, Duration::from_secs(1))?;
 ///
-/// assert!(backend.decide("alice", &[per_second.clone()], 1)?.allowed());
-/// assert!(backend.decide("alice", &[per_second.clone()], 1)?.allowed());
-/// let denied = backend.decide("alice", &[per_second.clone()], 1)?;
+/// assert!(backend.check("alice", &[per_second.clone()], 1).into_inner()?.allowed());
+/// assert!(backend.check("alice", &[per_second.clone()], 1).into_inner()?.allowed());
+/// let denied = backend.check("alice", &[per_second.clone()], 1).into_inner()?;
 /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(500)));
 ///
 /// clock.advance(Duration::from_millis(500));
-/// assert!(backend.decide("alice", &[per_second], 1)?.allowed());
+/// assert!(backend.check("alice", &[per_second], 1).into_inner()?.allowed());
 /// # Ok(()) }
 /// ```
 pub struct MemoryBackend<C = SystemClock> {
@@ -264,24 +266,16 @@ impl<C> MemoryBackend<C> {
         dropped
     }
 
-    /// Checks `key` against `policies` at time `now_ms`, synchronously. This is what
-    /// [`Backend::check_at`] runs. `policies` are the defaults: a key with an override or a
-    /// tier of its own is checked against those instead (see [`MemoryBackend::decide_limits_at`]).
-    ///
-    /// # Errors
-    /// [`BackendError::InvalidRequest`] when `policies` is empty or two of them share a name
-    /// (they would share one state; the Redis backend refuses them alike);
-    /// [`BackendError::CapacityExceeded`] when admitting would track a key beyond the cap.
-    /// An error changes no state.
-    pub fn decide_at(
+    /// A check of `policies` (the defaults, no tiers) at `now_ms`.
+    fn check_policies(
         &self,
         key: &str,
         policies: &[Policy],
         cost: u64,
         now_ms: u64,
-    ) -> Result<Decision, BackendError> {
+    ) -> CheckResult {
         validate_policy_set(policies).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
-        self.decide_inner(
+        self.check_inner(
             key,
             policies,
             &Limits::NO_TIERS,
@@ -291,30 +285,8 @@ impl<C> MemoryBackend<C> {
         )
     }
 
-    /// Checks `key` at `now_ms` against the policies `limits` resolves for it: its override,
-    /// else its tier's, else the [`Unconfigured`] behaviour. The decision's
-    /// [`Decision::applied`] says which.
-    ///
-    /// # Errors
-    /// As [`MemoryBackend::decide_at`].
-    pub fn decide_limits_at(
-        &self,
-        key: &str,
-        limits: &Limits,
-        cost: u64,
-        now_ms: u64,
-    ) -> Result<Decision, BackendError> {
-        self.decide_inner(
-            key,
-            limits.defaults(),
-            limits.tier_slice(),
-            limits.unconfigured(),
-            cost,
-            now_ms,
-        )
-    }
-
-    fn decide_inner(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_inner(
         &self,
         key: &str,
         defaults: &[Policy],
@@ -456,155 +428,6 @@ impl<C> MemoryBackend<C> {
         Ok(&mut shard.map[index])
     }
 
-    /// Gives `cost` units back to `key` under every policy `limits` resolves for it, at
-    /// `now_ms` (see [`algorithm::refund`](crate::algorithm::refund) for what that means per
-    /// algorithm), bumps its version, and returns the key's state afterwards as a query
-    /// would. Refunding a key with no state changes nothing but the version.
-    ///
-    /// # Errors
-    /// [`BackendError::CapacityExceeded`] only if the key is new and the backend is full.
-    pub fn refund_at(
-        &self,
-        key: &str,
-        limits: &Limits,
-        cost: u64,
-        now_ms: u64,
-    ) -> Result<Decision, BackendError> {
-        {
-            let mut shard = self.shard(key);
-            let config = shard.map.get(key).and_then(|e| e.config.as_deref());
-            let (policies, _) = limits.resolve(config);
-            let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
-            let entry = self.entry_mut(&mut shard, key, now_ms)?;
-            for p in &policies {
-                let Some(i) = entry.slots.iter().position(|s| s.policy.name() == p.name()) else {
-                    continue;
-                };
-                let slot = &mut entry.slots[i];
-                if slot.stale_for(p) {
-                    slot.state = carry_over(&slot.policy, p, &slot.state, now_ms);
-                    slot.policy = p.clone();
-                }
-                refund(p, &mut slot.state, now_ms, cost);
-                slot.expires_ms = evaluate(p, &slot.state, now_ms, 0).expires_at_ms();
-            }
-            entry.bump_version(now_ms);
-            entry.settle(now_ms);
-        }
-        self.decide_limits_at(key, limits, 0, now_ms)
-    }
-
-    /// Forgets the state of every policy that applies to `key` (it is fresh again), keeping
-    /// its configuration, bumps its version, and returns its state afterwards as a query
-    /// at `now_ms` would. Identical to the Redis backend's `reset`.
-    ///
-    /// # Errors
-    /// [`BackendError::CapacityExceeded`] only if the key is new and the backend is full.
-    pub fn reset_at(
-        &self,
-        key: &str,
-        limits: &Limits,
-        now_ms: u64,
-    ) -> Result<Decision, BackendError> {
-        {
-            let mut shard = self.shard(key);
-            let config = shard.map.get(key).and_then(|e| e.config.as_deref());
-            let (policies, _) = limits.resolve(config);
-            let names: Vec<Arc<str>> = policies
-                .unwrap_or_default()
-                .iter()
-                .map(|p| Arc::clone(p.name_arc()))
-                .collect();
-            let entry = self.entry_mut(&mut shard, key, now_ms)?;
-            entry
-                .slots
-                .retain(|s| !names.iter().any(|n| **n == *s.policy.name()));
-            entry.bump_version(now_ms);
-            entry.settle(now_ms);
-        }
-        self.decide_limits_at(key, limits, 0, now_ms)
-    }
-
-    /// The stored configuration of `key` (empty when it has none).
-    pub fn config(&self, key: &str) -> KeyConfig {
-        let shard = self.shard(key);
-        shard
-            .map
-            .get(key)
-            .and_then(|e| e.config.as_deref().cloned())
-            .unwrap_or_default()
-    }
-
-    /// Stores `policies` as `key`'s override: from the next check on they replace the
-    /// defaults and the key's tier. State of a policy of the same name carries over (see
-    /// [`algorithm::carry_over`](crate::algorithm::carry_over)). Returns the new version.
-    ///
-    /// # Errors
-    /// [`BackendError::InvalidRequest`] for an empty set or two policies of one name;
-    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
-    pub fn set_override(&self, key: &str, policies: Vec<Policy>) -> Result<u64, BackendError>
-    where
-        C: Clock,
-    {
-        validate_policy_set(&policies).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
-        self.configure(key, |c| c.policies = Some(Arc::from(policies)))
-    }
-
-    /// Removes `key`'s override (its tier, if any, applies again). Returns the new version.
-    ///
-    /// # Errors
-    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
-    pub fn remove_override(&self, key: &str) -> Result<u64, BackendError>
-    where
-        C: Clock,
-    {
-        self.configure(key, |c| c.policies = None)
-    }
-
-    /// Removes `key`'s whole configuration, its override and its tier, in one change (one
-    /// version). Returns the new version.
-    ///
-    /// # Errors
-    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
-    pub fn clear_config(&self, key: &str) -> Result<u64, BackendError>
-    where
-        C: Clock,
-    {
-        self.configure(key, |c| {
-            c.policies = None;
-            c.tier = None;
-        })
-    }
-
-    /// Maps `key` to the tier `tier` (`None`: no tier). Returns the new version.
-    ///
-    /// # Errors
-    /// [`BackendError::InvalidRequest`] for an invalid tier name;
-    /// [`BackendError::CapacityExceeded`] if the key is new and the backend is full.
-    pub fn set_tier(&self, key: &str, tier: Option<&str>) -> Result<u64, BackendError>
-    where
-        C: Clock,
-    {
-        if let Some(t) = tier {
-            validate_tier_name(t).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
-        }
-        self.configure(key, |c| c.tier = tier.map(Arc::from))
-    }
-
-    fn configure(&self, key: &str, change: impl FnOnce(&mut KeyConfig)) -> Result<u64, BackendError>
-    where
-        C: Clock,
-    {
-        let now = self.inner.clock.now_ms();
-        let mut shard = self.shard(key);
-        let entry = self.entry_mut(&mut shard, key, now)?;
-        change(entry.config.get_or_insert_with(Box::default));
-        let version = entry.bump_version(now);
-        // No slot is dropped here: states may be timed on another clock (explicit times).
-        entry.settle(0);
-        Ok(version)
-    }
-
     /// Looks at up to `n` entries of `shard` for expiry, dropping expired ones.
     fn sweep(&self, shard: &mut Shard, now_ms: u64, n: usize) {
         let dropped = shard.sweep(now_ms, n);
@@ -649,19 +472,6 @@ impl<C> MemoryBackend<C> {
 }
 
 impl<C: Clock> MemoryBackend<C> {
-    /// Checks `key` against `policies` at the backend clock's current time, synchronously.
-    ///
-    /// # Errors
-    /// As [`MemoryBackend::decide_at`].
-    pub fn decide(
-        &self,
-        key: &str,
-        policies: &[Policy],
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        self.decide_at(key, policies, cost, self.inner.clock.now_ms())
-    }
-
     /// The backend's clock.
     pub fn clock(&self) -> &C {
         &self.inner.clock
@@ -669,15 +479,7 @@ impl<C: Clock> MemoryBackend<C> {
 }
 
 impl<C: Clock> Backend for MemoryBackend<C> {
-    type Future = Ready<Result<Decision, BackendError>>;
-
-    fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Self::Future {
-        ready(self.decide(key, policies, cost))
-    }
-
-    fn check_at(&self, key: &str, policies: &[Policy], cost: u64, now_ms: u64) -> Self::Future {
-        ready(self.decide_at(key, policies, cost, now_ms))
-    }
+    type Future = Ready<CheckResult>;
 
     fn check_limits(
         &self,
@@ -687,7 +489,34 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         now_ms: Option<u64>,
     ) -> Self::Future {
         let now = now_ms.unwrap_or_else(|| self.inner.clock.now_ms());
-        ready(self.decide_limits_at(key, limits, cost, now))
+        ready(self.check_inner(
+            key,
+            limits.defaults(),
+            limits.tier_slice(),
+            limits.unconfigured(),
+            cost,
+            now,
+        ))
+    }
+
+    /// Checks `policies` without building a [`Limits`] (no allocation).
+    fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Checked<Self::Future> {
+        Checked::ready(self.check_policies(key, policies, cost, self.inner.clock.now_ms()))
+    }
+
+    /// Checks `policies` without building a [`Limits`] (no allocation).
+    fn check_at(
+        &self,
+        key: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_ms: u64,
+    ) -> Checked<Self::Future> {
+        Checked::ready(self.check_policies(key, policies, cost, now_ms))
+    }
+
+    fn is_local(&self) -> bool {
+        true
     }
 }
 
@@ -732,6 +561,17 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Quotas;
+    use std::future::Future;
+
+    /// The output of a future that is ready at once (every in-memory operation).
+    fn now<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => unreachable!("in-memory operations are ready at once"),
+        }
+    }
     use crate::clock::ManualClock;
     use std::time::Duration;
 
@@ -744,12 +584,12 @@ mod tests {
         let b = MemoryBackend::builder().shards(1).build();
         let pol = [p("fixed-window:limit=5,period=1s")];
         for i in 0..100 {
-            b.decide_at(&format!("k{i}"), &pol, 1, 0).unwrap();
+            b.check_at(&format!("k{i}"), &pol, 1, 0).into_inner().unwrap();
         }
         assert_eq!(b.len(), 100);
         // A day later, traffic on one key sweeps the idle ones a few at a time.
         for _ in 0..60 {
-            b.decide_at("hot", &pol, 0, 86_400_000).unwrap();
+            b.check_at("hot", &pol, 0, 86_400_000).into_inner().unwrap();
         }
         assert!(b.len() <= 1, "{} keys left", b.len());
     }
@@ -762,20 +602,20 @@ mod tests {
             .max_keys(2)
             .build();
         let pol = [p("token-bucket:limit=1,period=1m")];
-        assert!(b.decide("a", &pol, 1).unwrap().allowed());
-        assert!(b.decide("b", &pol, 1).unwrap().allowed());
+        assert!(b.check("a", &pol, 1).into_inner().unwrap().allowed());
+        assert!(b.check("b", &pol, 1).into_inner().unwrap().allowed());
         assert!(matches!(
-            b.decide("c", &pol, 1),
+            b.check("c", &pol, 1).into_inner(),
             Err(BackendError::CapacityExceeded { max_keys: 2 })
         ));
         // Existing keys still decide, and stay denied: nothing was evicted.
-        assert!(!b.decide("a", &pol, 1).unwrap().allowed());
+        assert!(!b.check("a", &pol, 1).into_inner().unwrap().allowed());
         // Queries and denials on a new key need no room.
-        assert!(b.decide("c", &pol, 0).unwrap().allowed());
+        assert!(b.check("c", &pol, 0).into_inner().unwrap().allowed());
         // Once the old keys expire, there is room again. (Which expired keys are dropped on
         // the way depends on the shards the keys hash to: at least one, at most both.)
         clock.advance(Duration::from_secs(60));
-        assert!(b.decide("c", &pol, 1).unwrap().allowed());
+        assert!(b.check("c", &pol, 1).into_inner().unwrap().allowed());
         assert!(b.len() <= 2);
         b.purge_expired(clock.now_ms());
         assert_eq!(b.len(), 1);
@@ -787,12 +627,12 @@ mod tests {
         let small = p("token-bucket:limit=1,period=1m,name=x");
         let big = p("token-bucket:limit=5,period=1m,name=x");
         assert!(b
-            .decide_at("k", std::slice::from_ref(&small), 1, 0)
+            .check_at("k", std::slice::from_ref(&small), 1, 0).into_inner()
             .unwrap()
             .allowed());
-        assert!(!b.decide_at("k", &[small], 1, 0).unwrap().allowed());
+        assert!(!b.check_at("k", &[small], 1, 0).into_inner().unwrap().allowed());
         // One unit in use carries over to the bigger bucket: 5 − 1 − 1 left.
-        assert_eq!(b.decide_at("k", &[big], 1, 0).unwrap().remaining(), 3);
+        assert_eq!(b.check_at("k", &[big], 1, 0).into_inner().unwrap().remaining(), 3);
     }
 
     #[test]
@@ -802,38 +642,38 @@ mod tests {
             .unwrap()
             .with_tier("pro", [p("fixed-window:limit=5,period=1h,name=api")])
             .unwrap();
-        let d = b.decide_limits_at("free", &limits, 1, 0).unwrap();
+        let d = b.check_limits("free", &limits, 1, Some(0)).into_inner().unwrap();
         assert_eq!((d.applied(), d.remaining()), (&Applied::Defaults, 1));
 
-        let v1 = b.set_tier("paying", Some("pro")).unwrap();
-        let d = b.decide_limits_at("paying", &limits, 1, 0).unwrap();
+        let v1 = now(b.set_tier("paying", Some("pro"))).unwrap().version();
+        let d = b.check_limits("paying", &limits, 1, Some(0)).into_inner().unwrap();
         assert_eq!(d.applied(), &Applied::Tier(Arc::from("pro")));
         assert_eq!((d.remaining(), d.version()), (4, v1));
 
         // An override beats the tier; the count of "api" carries over (same window, 1 used).
-        let v2 = b
-            .set_override("paying", vec![p("fixed-window:limit=3,period=1h,name=api")])
-            .unwrap();
+        let v2 = now(b.set_override("paying", &[p("fixed-window:limit=3,period=1h,name=api")]))
+            .unwrap()
+            .version();
         assert!(v2 > v1);
-        let d = b.decide_limits_at("paying", &limits, 1, 0).unwrap();
+        let d = b.check_limits("paying", &limits, 1, Some(0)).into_inner().unwrap();
         assert_eq!((d.applied(), d.remaining()), (&Applied::Override, 1));
-        assert_eq!(b.config("paying").tier(), Some("pro"));
-        b.remove_override("paying").unwrap();
+        assert_eq!(now(b.config("paying")).unwrap().tier(), Some("pro"));
+        now(b.remove_override("paying")).unwrap();
         assert_eq!(
-            b.decide_limits_at("paying", &limits, 0, 0)
+            b.check_limits("paying", &limits, 0, Some(0)).into_inner()
                 .unwrap()
                 .applied(),
             &Applied::Tier(Arc::from("pro"))
         );
 
         // An unknown tier is no configuration.
-        b.set_tier("odd", Some("gold")).unwrap();
+        now(b.set_tier("odd", Some("gold"))).unwrap().version();
         let deny = limits.clone().when_unconfigured(Unconfigured::Deny);
-        let d = b.decide_limits_at("odd", &deny, 1, 0).unwrap();
+        let d = b.check_limits("odd", &deny, 1, Some(0)).into_inner().unwrap();
         assert!(!d.allowed());
         assert_eq!((d.applied(), d.retry_after()), (&Applied::Denied, None));
         let allow = limits.when_unconfigured(Unconfigured::Allow);
-        let d = b.decide_limits_at("odd", &allow, 1_000_000, 0).unwrap();
+        let d = b.check_limits("odd", &allow, 1_000_000, Some(0)).into_inner().unwrap();
         assert!(d.allowed());
         assert_eq!(d.applied(), &Applied::Unlimited);
         // Configured keys never expire; unconfigured ones do.
@@ -850,16 +690,16 @@ mod tests {
         ])
         .unwrap();
         for _ in 0..4 {
-            assert!(b.decide_limits_at("k", &limits, 1, 0).unwrap().allowed());
+            assert!(b.check_limits("k", &limits, 1, Some(0)).into_inner().unwrap().allowed());
         }
-        assert!(!b.decide_limits_at("k", &limits, 1, 0).unwrap().allowed());
-        let d = b.refund_at("k", &limits, 2, 0).unwrap();
+        assert!(!b.check_limits("k", &limits, 1, Some(0)).into_inner().unwrap().allowed());
+        let d = now(b.refund("k", &limits, 2, Some(0))).unwrap();
         assert_eq!((d.remaining(), d.version()), (2, 1));
         // Never beyond a fresh key's capacity.
-        let d = b.refund_at("k", &limits, 100, 0).unwrap();
+        let d = now(b.refund("k", &limits, 100, Some(0))).unwrap();
         assert_eq!(d.remaining(), 4);
-        b.decide_limits_at("k", &limits, 3, 0).unwrap();
-        let d = b.reset_at("k", &limits, 0).unwrap();
+        b.check_limits("k", &limits, 3, Some(0)).into_inner().unwrap();
+        let d = now(b.reset("k", &limits, Some(0))).unwrap();
         assert_eq!((d.remaining(), d.version()), (4, 3));
         // A version alone is kept a day, then the key is forgotten.
         assert_eq!(b.purge_expired(86_400_000 - 1), 0);
@@ -876,7 +716,7 @@ mod tests {
                 for _ in 0..8 {
                     s.spawn(|| {
                         for _ in 0..50 {
-                            if b.decide_at("k", &pol, 1, 1_000).unwrap().allowed() {
+                            if b.check_at("k", &pol, 1, 1_000).into_inner().unwrap().allowed() {
                                 admitted.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -890,7 +730,7 @@ mod tests {
     #[test]
     fn empty_policy_list_is_an_error() {
         assert!(matches!(
-            MemoryBackend::new().decide_at("k", &[], 1, 0),
+            MemoryBackend::new().check_at("k", &[], 1, 0).into_inner(),
             Err(BackendError::InvalidRequest(_))
         ));
     }
@@ -905,7 +745,7 @@ mod tests {
         ];
         for _ in 0..3 {
             assert!(matches!(
-                b.decide_at("k", &pol, 1, 0),
+                b.check_at("k", &pol, 1, 0).into_inner(),
                 Err(BackendError::InvalidRequest(_))
             ));
         }

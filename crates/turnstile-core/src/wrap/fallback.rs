@@ -1,0 +1,309 @@
+//! [`Fallback`]: decide locally when the backend cannot.
+
+use std::fmt;
+use std::future::{Future, Ready};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+
+use crate::backend::{Backend, BackendError, CheckResult, Quotas};
+use crate::clock::{Clock, SystemClock};
+use crate::failure::{FailurePolicy, OnError};
+use crate::memory::MemoryBackend;
+use crate::policy::Policy;
+use crate::quota::{KeyConfig, Limits};
+
+/// The default cap on keys a [`Fallback`] tracks in memory: 1,000,000.
+pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
+
+/// A [`Backend`] that follows a [`FailurePolicy`]: under [`FailurePolicy::Local`], a check
+/// the wrapped backend cannot decide (see [`FailurePolicy::on_error`]) is decided by a local
+/// [`MemoryBackend`] with the same policies; every other error, and every error under `Open`
+/// or `Closed`, is returned for the caller to handle.
+///
+/// The local state is this process's alone: while the backend is away, a fleet of N
+/// processes admits up to N times the limit. A wrapped backend that is itself local
+/// ([`Backend::is_local`]) is never stood in for. The first check the fallback decides logs
+/// one warning (`tracing`), the first success afterwards one recovery: one incident, one
+/// pair of lines. Quota operations ([`Quotas`]) are forwarded, never decided locally.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use turnstile_core::{wrap::Fallback, Backend, FailurePolicy, MemoryBackend, Policy};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = Fallback::new(MemoryBackend::new(), FailurePolicy::Local);
+/// let per_second = [Policy::gcra(5, Duration::from_secs(1))?];
+/// assert!(backend.check("alice", &per_second, 1).now_or_never().ok_or("pending")??.allowed());
+/// assert_eq!(backend.local_decisions(), 0);
+/// # Ok(()) }
+/// ```
+pub struct Fallback<B, C = SystemClock> {
+    inner: B,
+    shared: Arc<Shared<C>>,
+}
+
+struct Shared<C> {
+    local: MemoryBackend<C>,
+    policy: FailurePolicy,
+    /// Whether the fallback is deciding (an incident is open).
+    incident: AtomicBool,
+    decisions: AtomicU64,
+}
+
+impl<B: Clone, C> Clone for Fallback<B, C> {
+    fn clone(&self) -> Self {
+        Fallback {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<B: fmt::Debug, C> fmt::Debug for Fallback<B, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("inner", &self.inner)
+            .field("policy", &self.shared.policy)
+            .field("local_keys", &self.shared.local.len())
+            .finish()
+    }
+}
+
+impl<B> Fallback<B> {
+    /// Wraps `inner`, following `policy`; the local backend runs on the system clock and
+    /// tracks at most [`DEFAULT_FALLBACK_MAX_KEYS`] keys (beyond that, as `Open`).
+    pub fn new(inner: B, policy: FailurePolicy) -> Self {
+        let local = MemoryBackend::builder()
+            .max_keys(DEFAULT_FALLBACK_MAX_KEYS)
+            .build();
+        Fallback::with_local(inner, policy, local)
+    }
+}
+
+impl<B, C> Fallback<B, C> {
+    /// Wraps `inner`, following `policy`, with `local` as the local backend (its clock, key
+    /// cap and shards).
+    pub fn with_local(inner: B, policy: FailurePolicy, local: MemoryBackend<C>) -> Self {
+        Fallback {
+            inner,
+            shared: Arc::new(Shared {
+                local,
+                policy,
+                incident: AtomicBool::new(false),
+                decisions: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The local backend.
+    pub fn local(&self) -> &MemoryBackend<C> {
+        &self.shared.local
+    }
+
+    /// The failure policy followed.
+    pub fn policy(&self) -> FailurePolicy {
+        self.shared.policy
+    }
+
+    /// Checks decided locally since the wrapper was built (all clones together).
+    pub fn local_decisions(&self) -> u64 {
+        self.shared.decisions.load(Ordering::Relaxed)
+    }
+}
+
+impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
+    type Future = FallbackFuture<B::Future, C>;
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        let fut = self.inner.check_limits(key, limits, cost, now_ms);
+        if self.shared.policy != FailurePolicy::Local || self.inner.is_local() {
+            return FallbackFuture {
+                state: State::Pass { fut },
+            };
+        }
+        FallbackFuture {
+            state: State::Watch {
+                fut,
+                retry: Some(Retry {
+                    shared: Arc::clone(&self.shared),
+                    key: Box::from(key),
+                    limits: limits.clone(),
+                    cost,
+                    now_ms,
+                }),
+            },
+        }
+    }
+
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
+}
+
+/// What the local fallback needs to decide a check itself.
+struct Retry<C> {
+    shared: Arc<Shared<C>>,
+    key: Box<str>,
+    limits: Limits,
+    cost: u64,
+    now_ms: Option<u64>,
+}
+
+impl<C: Clock> Retry<C> {
+    /// The answer for a check whose backend call ended with `result`.
+    fn settle(self, result: CheckResult) -> CheckResult {
+        let s = &*self.shared;
+        let error = match result {
+            Ok(decision) => {
+                if s.incident.load(Ordering::Relaxed) && s.incident.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!("rate-limit backend answers again; the local fallback stops");
+                }
+                return Ok(decision);
+            }
+            Err(e) => e,
+        };
+        if s.policy.on_error(&error) != OnError::DecideLocally {
+            return Err(error);
+        }
+        if !s.incident.swap(true, Ordering::Relaxed) {
+            #[cfg(feature = "metrics")]
+            metrics::counter!("turnstile_fallback_activations_total", "kind" => error.kind())
+                .increment(1);
+            tracing::warn!(
+                error = %error,
+                kind = error.kind(),
+                "rate-limit backend failed; deciding in memory on this process until it answers again"
+            );
+        }
+        s.decisions.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("turnstile_fallback_decisions_total").increment(1);
+        let ready: Ready<CheckResult> =
+            s.local
+                .check_limits(&self.key, &self.limits, self.cost, self.now_ms);
+        ready.into_inner()
+    }
+}
+
+pin_project! {
+    /// The future of a [`Fallback`]'s check.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct FallbackFuture<F, C> {
+        #[pin]
+        state: State<F, C>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, C> {
+        // No local fallback: the backend's answer as it is.
+        Pass { #[pin] fut: F },
+        // The backend's answer, decided locally if it fails.
+        Watch { #[pin] fut: F, retry: Option<Retry<C>> },
+    }
+}
+
+impl<F, C> fmt::Debug for FallbackFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F: Future<Output = CheckResult>, C: Clock> Future for FallbackFuture<F, C> {
+    type Output = CheckResult;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CheckResult> {
+        match self.project().state.project() {
+            StateProj::Pass { fut } => fut.poll(cx),
+            StateProj::Watch { fut, retry } => {
+                let result = ready!(fut.poll(cx));
+                match retry.take() {
+                    Some(r) => Poll::Ready(r.settle(result)),
+                    None => Poll::Ready(result),
+                }
+            }
+        }
+    }
+}
+
+impl<B: Quotas, C: Clock> Quotas for Fallback<B, C> {
+    fn peek(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now_ms: Option<u64>,
+    ) -> impl Future<Output = CheckResult> + Send {
+        self.inner.peek(key, limits, now_ms)
+    }
+
+    fn reset(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now_ms: Option<u64>,
+    ) -> impl Future<Output = CheckResult> + Send {
+        self.inner.reset(key, limits, now_ms)
+    }
+
+    fn refund(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> impl Future<Output = CheckResult> + Send {
+        self.inner.refund(key, limits, cost, now_ms)
+    }
+
+    fn config(&self, key: &str) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
+        self.inner.config(key)
+    }
+
+    fn set_override(
+        &self,
+        key: &str,
+        policies: &[Policy],
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
+        self.inner.set_override(key, policies)
+    }
+
+    fn remove_override(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
+        self.inner.remove_override(key)
+    }
+
+    fn set_tier(
+        &self,
+        key: &str,
+        tier: Option<&str>,
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
+        self.inner.set_tier(key, tier)
+    }
+
+    fn clear_config(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
+        self.inner.clear_config(key)
+    }
+}

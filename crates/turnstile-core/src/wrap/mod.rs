@@ -1,0 +1,20 @@
+//! Wrappers over any [`Backend`](crate::Backend): what a failed or a denied check gets.
+//!
+//! - [`Fallback`] decides locally, in memory, when the backend cannot (the
+//!   [`FailurePolicy::Local`](crate::FailurePolicy::Local) row of the failure table).
+//! - [`DenyCache`] repeats a denial the backend gave, without asking it again, for as long as
+//!   the denial provably still holds.
+//!
+//! Both forward every other call (and the [`Quotas`](crate::Quotas) operations) to the
+//! backend they wrap, see every successful decision, and stack:
+//! `Fallback::new(DenyCache::new(redis), FailurePolicy::Local)`. The tower layer wraps its
+//! backend in a [`Fallback`] itself, following its failure policy.
+
+mod deny_cache;
+mod fallback;
+
+pub use deny_cache::{DenyCache, DenyCacheFuture, DEFAULT_DENY_CACHE_MAX};
+pub use fallback::{Fallback, FallbackFuture, DEFAULT_FALLBACK_MAX_KEYS};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! The wrappers, on the in-memory backend alone.
+
+use std::future::{ready, Future, Ready};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{DenyCache, Fallback};
+use crate::backend::{Backend, BackendError, CheckResult, Quotas};
+use crate::clock::ManualClock;
+use crate::failure::FailurePolicy;
+use crate::memory::MemoryBackend;
+use crate::policy::Policy;
+use crate::quota::Limits;
+
+/// The output of a future that is ready at once.
+fn now<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => unreachable!("every backend here answers at once"),
+    }
+}
+
+/// A remote-looking backend over memory that fails with `error` while `down` is set.
+#[derive(Clone)]
+struct Flaky {
+    inner: MemoryBackend<ManualClock>,
+    down: Arc<AtomicBool>,
+    error: fn() -> BackendError,
+}
+
+impl Flaky {
+    fn new(clock: &ManualClock, error: fn() -> BackendError) -> Self {
+        Flaky {
+            inner: MemoryBackend::builder().clock(clock.clone()).build(),
+            down: Arc::default(),
+            error,
+        }
+    }
+}
+
+impl Backend for Flaky {
+    type Future = Ready<CheckResult>;
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        if self.down.load(Ordering::Relaxed) {
+            return ready(Err((self.error)()));
+        }
+        self.inner.check_limits(key, limits, cost, now_ms)
+    }
+}
+
+fn unreachable_redis() -> BackendError {
+    BackendError::Connection("connection refused".into())
+}
+
+fn limits(s: &str) -> Limits {
+    Limits::new([s.parse::<Policy>().unwrap()]).unwrap()
+}
+
+#[test]
+fn fallback_decides_locally_only_under_local_and_only_what_the_table_says() {
+    let clock = ManualClock::new(0);
+    let l = limits("fixed-window:limit=2,period=1m");
+    let remote = Flaky::new(&clock, unreachable_redis);
+    let local = MemoryBackend::builder().clock(clock.clone()).build();
+    let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, local);
+
+    assert!(now(fb.check_limits("k", &l, 1, None)).unwrap().allowed());
+    assert_eq!(fb.local_decisions(), 0);
+    remote.down.store(true, Ordering::Relaxed);
+    // The local state starts fresh: 2 admitted, then denied, all on this process alone.
+    let got: Vec<bool> = (0..3)
+        .map(|_| now(fb.check_limits("k", &l, 1, None)).unwrap().allowed())
+        .collect();
+    assert_eq!(got, [true, true, false]);
+    assert_eq!(fb.local_decisions(), 3);
+    remote.down.store(false, Ordering::Relaxed);
+    // Back: the backend's own state (1 used) decides again.
+    assert_eq!(
+        now(fb.check_limits("k", &l, 1, None)).unwrap().remaining(),
+        0
+    );
+    assert_eq!(fb.local_decisions(), 3);
+
+    for policy in [FailurePolicy::Open, FailurePolicy::Closed] {
+        let fb = Fallback::new(remote.clone(), policy);
+        remote.down.store(true, Ordering::Relaxed);
+        assert!(matches!(
+            now(fb.check_limits("k", &l, 1, None)),
+            Err(BackendError::Connection(_))
+        ));
+        assert_eq!(fb.local_decisions(), 0);
+        remote.down.store(false, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn fallback_returns_what_it_does_not_stand_in_for() {
+    let clock = ManualClock::new(0);
+    let l = limits("fixed-window:limit=2,period=1m");
+    let full = Flaky::new(&clock, || BackendError::CapacityExceeded { max_keys: 1 });
+    full.down.store(true, Ordering::Relaxed);
+    let fb = Fallback::new(full, FailurePolicy::Local);
+    assert!(matches!(
+        now(fb.check_limits("k", &l, 1, None)),
+        Err(BackendError::CapacityExceeded { .. })
+    ));
+    // A failure of the fallback itself reaches the caller (who handles it as open).
+    let clock = ManualClock::new(0);
+    let remote = Flaky::new(&clock, unreachable_redis);
+    remote.down.store(true, Ordering::Relaxed);
+    let tiny = MemoryBackend::builder()
+        .clock(clock.clone())
+        .max_keys(1)
+        .build();
+    let fb = Fallback::with_local(remote, FailurePolicy::Local, tiny);
+    assert!(now(fb.check_limits("a", &l, 1, None)).unwrap().allowed());
+    assert!(matches!(
+        now(fb.check_limits("b", &l, 1, None)),
+        Err(BackendError::CapacityExceeded { max_keys: 1 })
+    ));
+}
+
+#[test]
+fn fallback_never_stands_in_for_a_local_backend() {
+    let memory = MemoryBackend::builder().max_keys(1).build();
+    let fb = Fallback::new(memory, FailurePolicy::Local);
+    let l = limits("gcra:limit=5,period=1s");
+    assert!(now(fb.check_limits("a", &l, 1, Some(0))).is_ok());
+    assert!(matches!(
+        now(fb.check_limits("b", &l, 1, Some(0))),
+        Err(BackendError::CapacityExceeded { .. })
+    ));
+    assert_eq!(fb.local_decisions(), 0);
+    assert!(fb.local().is_empty());
+}
+
+#[test]
+fn deny_cache_answers_as_the_backend_and_forgets_on_give_back() {
+    let memory = MemoryBackend::new();
+    let cached = DenyCache::with_max(memory.clone(), Duration::from_secs(3600));
+    let plain = MemoryBackend::new();
+    let l = limits("token-bucket:limit=2,period=1s");
+    // Same requests at the same explicit times: identical admissions and waits.
+    for t in [0, 0, 10, 20, 400, 499, 500, 900, 1000, 1001] {
+        let a = now(cached.check_limits("k", &l, 1, Some(t))).unwrap();
+        let b = now(plain.check_limits("k", &l, 1, Some(t))).unwrap();
+        assert_eq!(a.allowed(), b.allowed(), "t={t}");
+        assert_eq!(a.retry_after(), b.retry_after(), "t={t}");
+    }
+    assert!(cached.hits() > 0);
+    // A refund through the wrapper reaches the cache at once.
+    assert!(!now(cached.check_limits("k", &l, 1, Some(1001))).unwrap().allowed());
+    let hits = cached.hits();
+    now(cached.refund("k", &l, 1, Some(1001))).unwrap();
+    assert!(now(cached.check_limits("k", &l, 1, Some(1001))).unwrap().allowed());
+    assert_eq!(cached.hits(), hits);
+}
+
+#[test]
+fn deny_cache_spares_the_backend_a_flood() {
+    let clock = ManualClock::new(0);
+    let remote = Flaky::new(&clock, unreachable_redis);
+    let cached = DenyCache::new(remote.clone());
+    let l = limits("fixed-window:limit=1,period=1m");
+    assert!(now(cached.check_limits("k", &l, 1, None)).unwrap().allowed());
+    assert!(!now(cached.check_limits("k", &l, 1, None)).unwrap().allowed());
+    // Redis down: the cached denial still answers, so the flood never asks.
+    remote.down.store(true, Ordering::Relaxed);
+    for _ in 0..100 {
+        assert!(!now(cached.check_limits("k", &l, 1, None)).unwrap().allowed());
+    }
+    assert_eq!(cached.hits(), 100);
+}

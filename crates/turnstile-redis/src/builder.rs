@@ -1,0 +1,239 @@
+//! [`RedisBackendBuilder`]: URLs, prefix, key encoding, timeout, retry interval, pool.
+
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::redis;
+use deadpool_redis::{cluster, Runtime};
+use turnstile_core::{Clock, SystemClock};
+
+use crate::backend::{Counters, Inner, Pool, RedisBackend};
+use crate::keys::KeyEncoding;
+use crate::script::{check_script, config_script};
+
+/// The default key prefix. The `v1` is the stored format's version, so two releases that
+/// store state differently never misread each other's keys.
+pub const DEFAULT_PREFIX: &str = "turnstile:v1";
+
+/// The default per-call timeout: 100 ms, covering taking a connection from the pool and the
+/// script's round trip.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The default time Redis is left alone after it was found unreachable before it is tried
+/// again: 1 s.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why a [`RedisBackend`] could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InvalidRedisConfig {
+    /// The URL did not parse (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS,
+    /// several comma-separated URLs for a Cluster).
+    Url(String),
+    /// The prefix was empty or held `{` or `}` (it must not start a Cluster hash tag).
+    Prefix(String),
+}
+
+impl fmt::Display for InvalidRedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidRedisConfig::Url(e) => write!(f, "invalid Redis URL: {e}"),
+            InvalidRedisConfig::Prefix(p) => write!(
+                f,
+                "invalid key prefix {p:?}: it must be non-empty and hold no '{{' or '}}'"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidRedisConfig {}
+
+/// Configures a [`RedisBackend`].
+#[derive(Debug)]
+#[must_use]
+pub struct RedisBackendBuilder<C = SystemClock> {
+    urls: String,
+    cluster: Option<bool>,
+    prefix: String,
+    keys: KeyEncoding,
+    timeout: Duration,
+    retry_interval: Duration,
+    pool_size: Option<usize>,
+    clock: C,
+}
+
+impl RedisBackend<SystemClock> {
+    /// A builder for Redis at `url`: `redis://[user:password@]host:port[/db]`
+    /// (`rediss://` for TLS with the `tls` feature). Several comma-separated URLs are the seed
+    /// nodes of a Redis Cluster.
+    pub fn builder(url: impl Into<String>) -> RedisBackendBuilder<SystemClock> {
+        RedisBackendBuilder {
+            urls: url.into(),
+            cluster: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            keys: KeyEncoding::Hashed,
+            timeout: DEFAULT_TIMEOUT,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            pool_size: None,
+            clock: SystemClock,
+        }
+    }
+}
+
+impl<C> RedisBackendBuilder<C> {
+    /// Treats the URL(s) as a Redis Cluster (`true`) or a single node (`false`). By default a
+    /// comma-separated list is a Cluster and one URL a single node.
+    pub fn cluster(mut self, cluster: bool) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// The key prefix (default [`DEFAULT_PREFIX`]); no `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How client keys appear in key names (default [`KeyEncoding::Hashed`]).
+    pub fn key_encoding(mut self, keys: KeyEncoding) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The per-call timeout (default [`DEFAULT_TIMEOUT`]): no check waits longer for Redis.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long Redis is left alone after a failure before it is tried again (default
+    /// [`DEFAULT_RETRY_INTERVAL`]).
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// The connection pool's maximum size (default: deadpool's, 4 × the CPU count). On a single
+    /// node every call shares one multiplexed (pipelined) connection taken from the pool,
+    /// replaced when it breaks; a Cluster uses the pool per call.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = Some(size.max(1));
+        self
+    }
+
+    /// The local clock: used only to time the retry interval. Decisions on Redis use the
+    /// server's `TIME`.
+    pub fn clock<C2: Clock>(self, clock: C2) -> RedisBackendBuilder<C2> {
+        RedisBackendBuilder {
+            urls: self.urls,
+            cluster: self.cluster,
+            prefix: self.prefix,
+            keys: self.keys,
+            timeout: self.timeout,
+            retry_interval: self.retry_interval,
+            pool_size: self.pool_size,
+            clock,
+        }
+    }
+
+    /// Builds the backend. No connection is made yet: the first check connects, so a
+    /// backend can be built while Redis is down.
+    ///
+    /// # Errors
+    /// [`InvalidRedisConfig::Url`] for a URL that does not parse; [`InvalidRedisConfig::Prefix`] for an
+    /// empty prefix or one holding `{` or `}`.
+    pub fn build(self) -> Result<RedisBackend<C>, InvalidRedisConfig>
+    where
+        C: Clock,
+    {
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return Err(InvalidRedisConfig::Prefix(self.prefix));
+        }
+        let urls: Vec<String> = self
+            .urls
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(InvalidRedisConfig::Url("no URL given".into()));
+        }
+        for u in &urls {
+            redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
+        }
+        let cluster = self.cluster.unwrap_or(urls.len() > 1);
+        let node = urls
+            .iter()
+            .map(|u| without_credentials(u))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pool = if cluster {
+            let mut cfg = cluster::Config::from_urls(urls);
+            if let Some(n) = self.pool_size {
+                cfg.pool = Some(cluster::PoolConfig::new(n));
+            }
+            Pool::Cluster(
+                cfg.create_pool(Some(Runtime::Tokio1))
+                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?,
+            )
+        } else {
+            // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
+            // would cut in first on a loaded machine and fail calls we are willing to wait for.
+            let connection = redis::AsyncConnectionConfig::new()
+                .set_response_timeout(None)
+                .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))));
+            let manager = deadpool_redis::Manager::new_with_config(urls[0].as_str(), connection)
+                .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+            let mut builder = deadpool_redis::Pool::builder(manager).runtime(Runtime::Tokio1);
+            if let Some(n) = self.pool_size {
+                builder = builder.max_size(n);
+            }
+            Pool::Single {
+                pool: builder
+                    .build()
+                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?,
+                shared: std::sync::Mutex::new(None),
+            }
+        };
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                pool,
+                script: check_script(),
+                config_script: config_script(),
+                prefix: self.prefix,
+                keys: self.keys,
+                timeout: self.timeout,
+                retry_interval: self.retry_interval,
+                node,
+                clock: self.clock,
+                down_until_ms: AtomicU64::new(0),
+                stats: Counters::default(),
+            }),
+        })
+    }
+}
+
+
+/// `url` without its user and password: `redis://host:port/db`.
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn nodes_are_named_without_credentials() {
+        assert_eq!(
+            without_credentials("redis://user:secret@10.0.0.1:6379/2"),
+            "redis://10.0.0.1:6379/2"
+        );
+        assert_eq!(without_credentials("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

@@ -1,0 +1,79 @@
+//! [`ConfigError`]: why a layer could not be built.
+
+use std::fmt;
+use std::time::Duration;
+
+use turnstile_core::LimitsError;
+
+/// Why a layer could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No policy was given, neither on the layer nor in a rule.
+    NoPolicies,
+    /// A rule that is not exempt has no policy.
+    RuleWithoutPolicies(String),
+    /// An exempt rule was also given policies.
+    ExemptRuleWithPolicies(String),
+    /// Two policies of one rule (or of the layer) share a name, so they would share state.
+    DuplicatePolicyName(String),
+    /// Two rules apply policies of the same name but different parameters; they would fight
+    /// over one counter.
+    ConflictingPolicy(String),
+    /// The name derived for a rule's policy (`<rule label> <parameters>`) is not a valid
+    /// policy name (too long, or holds `"` or `\`); name the rule or the policy.
+    InvalidPolicyName(String),
+    /// A tier was invalid: a bad or repeated tier name, no policies, or two of its policies
+    /// share a name.
+    Tier(LimitsError),
+    /// With [`Action::Delay`], a leaky-bucket policy could ask a request to wait longer than
+    /// `max_wait`: (B − 1)·T exceeds it.
+    DelayExceedsMaxWait {
+        /// The policy's name.
+        policy: String,
+        /// (B − 1)·T, rounded up.
+        max_delay: Duration,
+        /// The configured maximum wait.
+        max_wait: Duration,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
+            ConfigError::RuleWithoutPolicies(r) => {
+                write!(f, "rule {r:?} has no policy and is not exempt")
+            }
+            ConfigError::Tier(e) => write!(f, "invalid tier: {e}"),
+            ConfigError::ExemptRuleWithPolicies(r) => {
+                write!(f, "rule {r:?} is exempt but also has policies")
+            }
+            ConfigError::DuplicatePolicyName(n) => write!(
+                f,
+                "two policies are named {n:?}; names must be unique within a rule"
+            ),
+            ConfigError::ConflictingPolicy(n) => write!(
+                f,
+                "two rules apply policies named {n:?} with different parameters; a shared name means a shared counter, so the parameters must match"
+            ),
+            ConfigError::InvalidPolicyName(n) => write!(
+                f,
+                "the derived policy name {n:?} is not a valid policy name; give the rule a shorter name with Rule::name or the policy an explicit one"
+            ),
+            ConfigError::DelayExceedsMaxWait {
+                policy,
+                max_delay,
+                max_wait,
+            } => write!(
+                f,
+                "leaky-bucket policy {policy:?} can delay a request by up to {} ms, more than the maximum wait of {} ms",
+                max_delay.as_millis(),
+                max_wait.as_millis()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+

@@ -1,0 +1,106 @@
+//! What every service of one layer shares: the backend, the key extractor, the settings and
+//! the counters.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use turnstile_core::wrap::Fallback;
+use turnstile_core::{BackendError, FailurePolicy};
+
+use crate::action::Action;
+use crate::key::{KeyError, KeyLogging, MissingKey, RequestRef};
+use crate::response::{Denial, DenialFn};
+use crate::rule::{CompiledRule, CostFn};
+
+/// Everything a service and its futures need.
+pub(crate) struct Config<B, K> {
+    /// The backend, behind the local fallback the failure policy asks for.
+    pub(crate) backend: Fallback<B>,
+    pub(crate) key: K,
+    pub(crate) settings: Arc<Settings>,
+    /// Shared by every layer derived from one built layer.
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// The layer's configuration apart from backend and key.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) rules: Box<[CompiledRule]>,
+    /// The layer's own policies, the last entry of `rules` when there are any.
+    pub(crate) has_default: bool,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) exempt_keys: HashSet<Box<str>>,
+    pub(crate) action: Action,
+    pub(crate) failure: FailurePolicy,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) legacy_headers: bool,
+    pub(crate) response: Option<DenialFn>,
+    pub(crate) key_logging: KeyLogging,
+    /// The prepared metric keys of every policy of the rules and tiers.
+    pub(crate) metric_keys: Arc<crate::metrics::Keys>,
+}
+
+/// Counters and once-per-incident log flags, shared by every service of one layer.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    incident: AtomicBool,
+    warned_key: AtomicBool,
+    shadow_denied: AtomicU64,
+}
+
+impl Stats {
+    /// How many requests shadow mode admitted that enforcing would have denied.
+    pub(crate) fn shadow_denied(&self) -> u64 {
+        self.shadow_denied.load(Ordering::Relaxed)
+    }
+}
+
+impl<B, K> Config<B, K> {
+    /// Notes an error that reached the layer: one warning per incident.
+    pub(crate) fn backend_failed(&self, e: &BackendError) {
+        if !self.stats.incident.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, kind = e.kind(), failure_policy = %self.settings.failure, "rate-limit backend failed; applying the failure policy until it recovers");
+        }
+    }
+
+    /// Notes a decision: ends an incident, with one line.
+    pub(crate) fn backend_ok(&self) {
+        if self.stats.incident.load(Ordering::Relaxed)
+            && self.stats.incident.swap(false, Ordering::Relaxed)
+        {
+            tracing::info!("rate-limit backend recovered");
+        }
+    }
+
+    /// Notes a key that could not be extracted: a misconfiguration is logged once.
+    pub(crate) fn key_failed(&self, e: &KeyError) {
+        if e.is_misconfiguration() && !self.stats.warned_key.swap(true, Ordering::Relaxed) {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// Counts a request shadow mode admitted although enforcing would have denied it.
+    pub(crate) fn shadow_denied(&self) {
+        self.stats.shadow_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The cost of `req` under `rule`: the rule's cost function, else the layer's, else 1.
+    pub(crate) fn cost(&self, rule: &CompiledRule, req: &RequestRef<'_>) -> u64 {
+        match rule.rule.cost.as_ref().or(self.settings.cost.as_ref()) {
+            Some(f) => f(req),
+            None => 1,
+        }
+    }
+
+    /// The denial response for `denial`, custom or default, without rate-limit headers.
+    pub(crate) fn denial_response(&self, denial: &Denial<'_>) -> Response<Bytes> {
+        match &self.settings.response {
+            Some(f) => f(denial),
+            None => crate::response::default_denial(denial),
+        }
+    }
+}
