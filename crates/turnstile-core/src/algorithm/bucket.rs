@@ -1,5 +1,5 @@
 //! Token bucket and leaky bucket (`lua/bucket.lua`), and what every bucket shares with the
-//! GCRA: the carry-over between buckets and the refund.
+//! GCRA: the decision on a debt, the carry-over between buckets and the refund.
 //!
 //! State is a debt D = (B − x)·P (token bucket, x tokens held) or D = y·P (leaky bucket, y
 //! units queued): an integer in units of 1/L ms, relative to the state's last update. A
@@ -26,8 +26,9 @@ pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64, leaky: bool) ->
     })
 }
 
-/// The shared decision of the debt-based buckets. `debt` is in units of 1/L ms, ≤ B·P.
-fn decide_debt(
+/// The shared decision of the debt-based buckets, the GCRA's included (on D = TAT − now).
+/// `debt` is in units of 1/L ms, ≤ B·P.
+pub(super) fn decide_debt(
     l: u128,
     period: u128,
     cap: u128,
