@@ -429,7 +429,7 @@ impl<C: Clock> RedisBackend<C> {
             cost,
             now_ms,
             min_ttl,
-        );
+        )?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
         let reply: Vec<redis::Value> = self.invoke(&inv).await?;
         parse_reply(&reply, sets)
@@ -492,8 +492,9 @@ impl<C: Clock> RedisBackend<C> {
     /// used and the decision. For tests and tools; services use [`Backend::check`].
     ///
     /// # Errors
-    /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names or
-    /// a time beyond 2^53 − 1; [`BackendError::Connection`] when Redis cannot be reached;
+    /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names, an
+    /// algorithm the Redis scripts do not implement or a time beyond 2^53 − 1;
+    /// [`BackendError::Connection`] when Redis cannot be reached;
     /// [`BackendError::Script`] for an error reply; [`BackendError::InvalidState`] when a key
     /// holds something the script cannot read.
     pub async fn check_on_redis(
@@ -640,8 +641,8 @@ impl<C: Clock> RedisBackend<C> {
     /// its state by the carry-over rule. Returns the new configuration.
     ///
     /// # Errors
-    /// [`BackendError::InvalidRequest`] for an empty set or two policies of one name;
-    /// otherwise as [`RedisBackend::peek`].
+    /// [`BackendError::InvalidRequest`] for an empty set, two policies of one name or an
+    /// algorithm the Redis scripts do not implement; otherwise as [`RedisBackend::peek`].
     pub async fn set_override(
         &self,
         key: &str,
@@ -649,7 +650,7 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<KeyConfig, BackendError> {
         turnstile_core::validate_policy_set(policies)
             .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
-        self.configure(key, &["set", "o", &encode_override(policies)])
+        self.configure(key, &["set", "o", &encode_override(policies)?])
             .await
     }
 
