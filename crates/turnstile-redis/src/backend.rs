@@ -181,7 +181,7 @@ impl<C: Clock> RedisBackend<C> {
             cost,
             now_ms,
             min_ttl,
-        );
+        )?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
         let reply: Vec<redis::Value> = self.invoke(&inv).await?;
         parse_reply(&reply, sets)
@@ -244,8 +244,9 @@ impl<C: Clock> RedisBackend<C> {
     /// used and the decision. For tests and tools; services use [`Backend::check`].
     ///
     /// # Errors
-    /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names or
-    /// a time beyond 2^53 − 1; [`BackendError::Connection`] when Redis cannot be reached;
+    /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names, an
+    /// algorithm the Redis scripts do not implement or a time beyond 2^53 − 1;
+    /// [`BackendError::Connection`] when Redis cannot be reached;
     /// [`BackendError::Script`] for an error reply; [`BackendError::InvalidState`] when a key
     /// holds something the script cannot read.
     pub async fn check_on_redis(

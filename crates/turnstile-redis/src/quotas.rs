@@ -50,7 +50,7 @@ impl<C: Clock> Quotas for RedisBackend<C> {
     async fn set_override(&self, key: &str, policies: &[Policy]) -> Result<KeyConfig, BackendError> {
         turnstile_core::validate_policy_set(policies)
             .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
-        self.configure(key, &["set", "o", &encode_override(policies)])
+        self.configure(key, &["set", "o", &encode_override(policies)?])
             .await
     }
 

@@ -38,28 +38,45 @@ pub(crate) fn config_script() -> Script {
     Script::new(CONFIG_SCRIPT)
 }
 
-/// The algorithm's id in the scripts.
-pub(crate) fn algorithm_id(a: Algorithm) -> u8 {
-    match a {
+/// The algorithm's id in the scripts (`ALG[id]` in `lua/`).
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (core's
+/// `Algorithm` is non-exhaustive: a later one has no Lua until someone writes it, and must
+/// never run another algorithm's).
+pub(crate) fn algorithm_id(a: Algorithm) -> Result<u8, BackendError> {
+    Ok(match a {
         Algorithm::TokenBucket => 1,
         Algorithm::Gcra => 2,
         Algorithm::LeakyBucket => 3,
         Algorithm::FixedWindow => 4,
         Algorithm::SlidingLog => 5,
-        // Algorithm is non-exhaustive; SlidingWindow and any later one map to their own id.
-        _ => 6,
-    }
+        Algorithm::SlidingWindow => 6,
+        other => {
+            return Err(BackendError::InvalidRequest(format!(
+                "algorithm {other} is not implemented by the Redis scripts"
+            )))
+        }
+    })
 }
 
-fn algorithm_of(id: i64) -> Option<Algorithm> {
-    Some(match id {
+/// The algorithm of an id the scripts store and return: the inverse of [`algorithm_id`].
+///
+/// # Errors
+/// A description of the id for an id no algorithm has.
+fn algorithm_of(id: i64) -> Result<Algorithm, String> {
+    Ok(match id {
         1 => Algorithm::TokenBucket,
         2 => Algorithm::Gcra,
         3 => Algorithm::LeakyBucket,
         4 => Algorithm::FixedWindow,
         5 => Algorithm::SlidingLog,
         6 => Algorithm::SlidingWindow,
-        _ => return None,
+        _ => {
+            return Err(format!(
+                "algorithm id {id} is not one the Redis scripts know"
+            ))
+        }
     })
 }
 
@@ -80,6 +97,10 @@ pub(crate) struct Sets<'a> {
 }
 
 /// Adds one call's arguments to `inv` (see `lua/check.lua` for the layout).
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
+/// implement (see [`algorithm_id`]); `inv` is then not to be invoked.
 pub(crate) fn check_args(
     inv: &mut ScriptInvocation<'_>,
     base: &str,
@@ -88,7 +109,7 @@ pub(crate) fn check_args(
     cost: u64,
     now_ms: Option<u64>,
     min_ttl_ms: u64,
-) {
+) -> Result<(), BackendError> {
     // Any cost above 2^53 − 1 is above every capacity: the answer ("never") is the same.
     let cost = cost.min(MAX_EXACT);
     inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
@@ -106,20 +127,22 @@ pub(crate) fn check_args(
         })
         .arg(base)
         .arg(1 + sets.tiers.len());
-    let mut set = |tier: &str, policies: &[Policy]| {
+    let mut set = |tier: &str, policies: &[Policy]| -> Result<(), BackendError> {
         inv.arg(tier).arg(policies.len());
         for p in policies {
-            inv.arg(algorithm_id(p.algorithm()))
+            inv.arg(algorithm_id(p.algorithm())?)
                 .arg(p.limit())
                 .arg(p.period_ms())
                 .arg(p.capacity())
                 .arg(p.name());
         }
+        Ok(())
     };
-    set("", sets.defaults);
+    set("", sets.defaults)?;
     for (tier, policies) in sets.tiers {
-        set(tier, policies);
+        set(tier, policies)?;
     }
+    Ok(())
 }
 
 /// Integers and strings per policy in the check script's reply.
@@ -151,20 +174,23 @@ fn nat(v: &Value) -> Result<u64, BackendError> {
 }
 
 /// A policy from the parts the scripts store and return.
+///
+/// # Errors
+/// What is wrong with the parts: an unknown algorithm id, or parameters no policy has.
 pub(crate) fn policy_from_parts(
     alg: i64,
     limit: u64,
     period_ms: u64,
     capacity: u64,
     name: &str,
-) -> Option<Policy> {
+) -> Result<Policy, String> {
     let algorithm = algorithm_of(alg)?;
     let burst = algorithm.is_bucket().then_some(capacity);
-    let p = Policy::from_parts(algorithm, limit, period_ms, burst).ok()?;
+    let p = Policy::from_parts(algorithm, limit, period_ms, burst).map_err(|e| e.to_string())?;
     if p.capacity() != capacity {
-        return None;
+        return Err(format!("capacity {capacity} does not match the policy's"));
     }
-    p.with_name(name).ok()
+    p.with_name(name).map_err(|e| e.to_string())
 }
 
 /// Parses the check script's reply into the time it used and a decision. Policies the
@@ -212,8 +238,10 @@ pub(crate) fn parse_reply(
         let (alg, limit, period, cap) = (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
         let policy = match known(&name) {
             Some(p) => p.clone(),
-            None => policy_from_parts(alg, limit, period, cap, &name).ok_or_else(|| {
-                BackendError::InvalidState(format!("stored override policy {name:?} is invalid"))
+            None => policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
+                BackendError::InvalidState(format!(
+                    "stored override policy {name:?} is invalid: {why}"
+                ))
             })?,
         };
         let allowed = match int(&r[5])? {
@@ -249,21 +277,25 @@ pub(crate) fn parse_reply(
 }
 
 /// An override as stored: one line "alg L P B name" per policy.
-pub(crate) fn encode_override(policies: &[Policy]) -> String {
-    policies
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
+/// implement (see [`algorithm_id`]).
+pub(crate) fn encode_override(policies: &[Policy]) -> Result<String, BackendError> {
+    let lines = policies
         .iter()
         .map(|p| {
-            format!(
+            Ok(format!(
                 "{} {} {} {} {}",
-                algorithm_id(p.algorithm()),
+                algorithm_id(p.algorithm())?,
                 p.limit(),
                 p.period_ms(),
                 p.capacity(),
                 p.name()
-            )
+            ))
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect::<Result<Vec<_>, BackendError>>()?;
+    Ok(lines.join("\n"))
 }
 
 /// Parses the configuration script's reply.
@@ -289,9 +321,110 @@ pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, Back
                 return Err(invalid());
             };
             let a = i64::try_from(a).map_err(|_| invalid())?;
-            ps.push(policy_from_parts(a, l, p, b, name).ok_or_else(invalid)?);
+            let policy = policy_from_parts(a, l, p, b, name).map_err(|why| {
+                BackendError::InvalidState(format!(
+                    "the stored override of {key:?} is invalid: {why}"
+                ))
+            })?;
+            ps.push(policy);
         }
         Some(ps)
     };
     Ok(KeyConfig::new(policies, (!t.is_empty()).then_some(t), v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_algorithm_has_its_own_script_id_and_back() {
+        // The ids of `ALG[id] = ...` in lua/.
+        let expected = [
+            (Algorithm::TokenBucket, 1),
+            (Algorithm::Gcra, 2),
+            (Algorithm::LeakyBucket, 3),
+            (Algorithm::FixedWindow, 4),
+            (Algorithm::SlidingLog, 5),
+            (Algorithm::SlidingWindow, 6),
+        ];
+        assert_eq!(expected.len(), Algorithm::ALL.len());
+        for a in Algorithm::ALL {
+            let id = algorithm_id(a).unwrap();
+            assert_eq!(
+                Some(&(a, id)),
+                expected.iter().find(|(e, _)| *e == a),
+                "{a}"
+            );
+            assert_eq!(algorithm_of(i64::from(id)), Ok(a), "{a}");
+            assert!(
+                CHECK_SCRIPT.contains(&format!("ALG[{id}] =")),
+                "{a}: no ALG[{id}]"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_script_ids_are_typed_errors() {
+        for id in [0, 7, -1, i64::MAX] {
+            assert!(algorithm_of(id).is_err(), "{id}");
+            assert!(policy_from_parts(id, 5, 1000, 5, "p").is_err(), "{id}");
+        }
+        let reply = [
+            Value::BulkString(b"7 5 1000 5 p".to_vec()),
+            Value::BulkString(Vec::new()),
+            Value::Int(1),
+        ];
+        let err = parse_config(&reply, "k").unwrap_err();
+        assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
+        assert!(err.to_string().contains("algorithm id 7"), "{err}");
+        // A check reply naming an override policy (applied 1) of an unknown algorithm id.
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let mut reply = vec![
+            Value::Int(0),
+            Value::Int(1),
+            s(""),
+            Value::Int(1),
+            Value::Int(1),
+        ];
+        reply.extend([
+            Value::Int(7),
+            Value::Int(5),
+            Value::Int(1000),
+            Value::Int(5),
+            s("p"),
+        ]);
+        reply.extend([Value::Int(1), Value::Int(4)]);
+        for _ in 0..3 {
+            reply.extend([Value::Int(0), Value::Int(0), Value::Int(1)]);
+        }
+        let sets = Sets {
+            defaults: &[],
+            tiers: &[],
+            unconfigured: Unconfigured::Defaults,
+        };
+        let err = parse_reply(&reply, sets).unwrap_err();
+        assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
+        assert!(err.to_string().contains("algorithm id 7"), "{err}");
+    }
+
+    #[test]
+    fn an_override_round_trips_for_every_algorithm() {
+        let policies: Vec<Policy> = Algorithm::ALL
+            .into_iter()
+            .map(|a| {
+                Policy::new(a, 5, Duration::from_secs(1))
+                    .unwrap()
+                    .with_name(a.as_str())
+                    .unwrap()
+            })
+            .collect();
+        let reply = [
+            Value::BulkString(encode_override(&policies).unwrap().into_bytes()),
+            Value::BulkString(Vec::new()),
+            Value::Int(1),
+        ];
+        let config = parse_config(&reply, "k").unwrap();
+        assert_eq!(config.policies(), Some(policies.as_slice()));
+    }
 }

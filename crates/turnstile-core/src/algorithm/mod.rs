@@ -1,0 +1,481 @@
+//! The six algorithms as pure state transitions: `(state, now, cost) → (state, decision)`.
+//!
+//! Everything here is integer arithmetic on exact rationals; the emission interval
+//! T = P / L is never rounded. Bucket state is kept as a *debt* `D = (B − x)·P` (token bucket:
+//! x tokens held; leaky bucket: `D = y·P` with y units queued), an integer in units of
+//! 1/L ms, relative to the state's last update. A refill over Δ ms subtracts Δ·L. The GCRA
+//! keeps one theoretical arrival time (TAT), exactly, as whole milliseconds plus a fraction
+//! in units of 1/L ms.
+//!
+//! Time is passed in; nothing here reads a clock. A time earlier than the state's last
+//! update is taken as that update's time (no panic, no underflow, no quota given back).
+//!
+//! One file per algorithm family, each beside its twin in `lua/`: `bucket` (token bucket
+//! and leaky bucket), `gcra`, `fixed_window`, `sliding_window` and `sliding_log`.
+//! Each holds the family's decision and its branch of carry-over and refund (the GCRA's are
+//! the buckets'); this module holds the state, the evaluation and the dispatch.
+
+mod bucket;
+mod fixed_window;
+mod gcra;
+mod sliding_log;
+mod sliding_window;
+
+use std::time::Duration;
+
+use crate::decision::{ms_ratio, PolicyDecision};
+use crate::few::Few;
+use crate::policy::{Algorithm, Policy};
+use sliding_log::Log;
+
+/// One policy's state for one key. A fresh key's state is [`State::default`].
+///
+/// The state is opaque: it is only ever changed by [`Evaluation::apply`] (or [`check`]),
+/// and only for admitted requests with a positive cost.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    updated_ms: u64,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Kind {
+    #[default]
+    Fresh,
+    /// Token bucket and leaky bucket: debt D in units of 1/L ms at `updated_ms`.
+    Bucket { debt: u64 },
+    /// GCRA: TAT = tat_ms + tat_frac / L milliseconds since the epoch.
+    Gcra { tat_ms: u64, tat_frac: u32 },
+    /// Fixed window: count of window index `window`.
+    Window { window: u64, count: u64 },
+    /// Sliding window counter: counts of window `window` and of the one before it.
+    Sliding {
+        window: u64,
+        current: u64,
+        previous: u64,
+    },
+    /// Sliding log.
+    Log(Box<Log>),
+}
+
+impl State {
+    /// A fresh key's state (at full capacity).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The time in ms of the last admitted request that changed this state (0 for a fresh
+    /// state).
+    pub fn updated_ms(&self) -> u64 {
+        self.updated_ms
+    }
+
+    /// How many sliding-log entries the state holds (0 for other algorithms); at most
+    /// min(limit, period in ms) live ones.
+    pub fn log_len(&self) -> usize {
+        match &self.kind {
+            Kind::Log(log) => log.len(),
+            _ => 0,
+        }
+    }
+
+    /// A fresh state last updated at `now`: what carry-over gives a key that starts fresh.
+    fn fresh_at(now: u64) -> Self {
+        State {
+            updated_ms: now,
+            kind: Kind::Fresh,
+        }
+    }
+}
+
+/// What applying an admitted request does to the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Update {
+    None,
+    Bucket {
+        debt: u64,
+    },
+    Gcra {
+        tat_ms: u64,
+        tat_frac: u32,
+    },
+    Window {
+        window: u64,
+        count: u64,
+    },
+    Sliding {
+        window: u64,
+        current: u64,
+        previous: u64,
+    },
+    Log {
+        cost: u64,
+    },
+}
+
+/// The outcome of evaluating one request against one policy's state, not yet applied.
+///
+/// Holds the decision and the state change it implies; [`Evaluation::apply`] performs the
+/// change. Evaluating several policies first and applying all of them only when every one
+/// admits gives the all-or-nothing semantics of several policies on one request.
+#[derive(Clone, Debug)]
+#[must_use = "an evaluation changes nothing until it is applied"]
+pub struct Evaluation {
+    decision: PolicyDecision,
+    update: Update,
+    now_ms: u64,
+    period_ms: u64,
+    expires_at_ms: u64,
+}
+
+impl Evaluation {
+    /// The policy's decision.
+    pub fn decision(&self) -> &PolicyDecision {
+        &self.decision
+    }
+
+    /// Consumes the evaluation, returning the decision without applying anything.
+    pub fn into_decision(self) -> PolicyDecision {
+        self.decision
+    }
+
+    /// The time the evaluation used: the request's time, or the state's last update if the
+    /// request's time was earlier.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Whether applying changes the state (an admitted request with a positive cost).
+    pub fn changes_state(&self) -> bool {
+        self.update != Update::None
+    }
+
+    /// The time in ms (same epoch as the request's) from which the state is equivalent to a
+    /// fresh one if nothing else arrives: `now + reset_after`, rounded up. Refers to the state
+    /// after [`Evaluation::apply`] when [`Evaluation::changes_state`], else to the state as
+    /// it was.
+    pub fn expires_at_ms(&self) -> u64 {
+        self.expires_at_ms
+    }
+
+    /// Applies the state change (nothing for a denied request or a query) and returns the
+    /// decision. `state` must be the state the evaluation was made from.
+    pub fn apply(self, state: &mut State) -> PolicyDecision {
+        let kind = match self.update {
+            Update::None => return self.decision,
+            Update::Bucket { debt } => Kind::Bucket { debt },
+            Update::Gcra { tat_ms, tat_frac } => Kind::Gcra { tat_ms, tat_frac },
+            Update::Window { window, count } => Kind::Window { window, count },
+            Update::Sliding {
+                window,
+                current,
+                previous,
+            } => Kind::Sliding {
+                window,
+                current,
+                previous,
+            },
+            Update::Log { cost } => sliding_log::append(
+                std::mem::take(&mut state.kind),
+                self.now_ms,
+                self.period_ms,
+                cost,
+            ),
+        };
+        state.kind = kind;
+        state.updated_ms = self.now_ms;
+        self.decision
+    }
+}
+
+/// Checks one request of `cost` units at `t_ms` against `policy`, updating `state` if the
+/// request is admitted with a positive cost. Never panics, for any inputs.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use turnstile_core::{algorithm, Policy, State};
+///
+/// # fn main() -> Result<(), turnstile_core::InvalidPolicy> {
+/// let p = Policy::token_bucket(3, Duration::from_secs(1))?;
+/// let mut s = State::new();
+/// for _ in 0..3 {
+///     assert!(algorithm::check(&p, &mut s, 0, 1).allowed());
+/// }
+/// let denied = algorithm::check(&p, &mut s, 0, 1);
+/// assert!(!denied.allowed());
+/// assert_eq!(denied.retry_after(), Some(Duration::from_nanos(333_333_334)));
+/// # Ok(()) }
+/// ```
+pub fn check(policy: &Policy, state: &mut State, t_ms: u64, cost: u64) -> PolicyDecision {
+    evaluate(policy, state, t_ms, cost).apply(state)
+}
+
+/// Evaluates one request of `cost` units at `t_ms` against `policy` and `state` without
+/// changing anything. Never panics, for any inputs.
+///
+/// A state of another algorithm's shape (the policy changed) is treated as fresh.
+pub fn evaluate(policy: &Policy, state: &State, t_ms: u64, cost: u64) -> Evaluation {
+    let now = t_ms.max(state.updated_ms);
+    let out = match policy.algorithm() {
+        Algorithm::TokenBucket => bucket::decide(policy, state, now, cost, false),
+        Algorithm::LeakyBucket => bucket::decide(policy, state, now, cost, true),
+        Algorithm::Gcra => gcra::decide(policy, state, now, cost),
+        Algorithm::FixedWindow => fixed_window::decide(policy, state, now, cost),
+        Algorithm::SlidingWindow => sliding_window::decide(policy, state, now, cost),
+        Algorithm::SlidingLog => sliding_log::decide(policy, state, now, cost),
+    };
+    let reset_ms = out.reset.ceil_ms();
+    Evaluation {
+        decision: PolicyDecision {
+            policy: policy.clone(),
+            allowed: out.allowed,
+            remaining: out.remaining,
+            retry_after: out.retry.map(Exact::duration),
+            reset_after: out.reset.duration(),
+            delay: out.delay.duration(),
+        },
+        update: out.update,
+        now_ms: now,
+        period_ms: policy.period_ms(),
+        expires_at_ms: u64::try_from(u128::from(now) + reset_ms).unwrap_or(u64::MAX),
+    }
+}
+
+/// Evaluates one request of `cost` units at `t_ms` against every policy at once, with the
+/// all-or-nothing semantics of `SEMANTICS.md`: `state_of(i)` is policy `i`'s state. If any
+/// policy denies, nothing is to be consumed, so each policy that would have admitted reports
+/// its fields as if nothing were consumed (its current `remaining` and `reset_after`, no
+/// `delay`) and no evaluation changes state. Apply every returned evaluation to its state
+/// (denied ones change nothing) and aggregate with [`Decision::from_policies`](crate::Decision::from_policies).
+pub fn evaluate_all<'s>(
+    policies: &[Policy],
+    state_of: impl Fn(usize) -> &'s State,
+    t_ms: u64,
+    cost: u64,
+) -> Vec<Evaluation> {
+    evaluate_few(policies, state_of, t_ms, cost).into_vec()
+}
+
+/// [`evaluate_all`] without a heap allocation for a single policy.
+pub(crate) fn evaluate_few<'s>(
+    policies: &[Policy],
+    state_of: impl Fn(usize) -> &'s State,
+    t_ms: u64,
+    cost: u64,
+) -> Few<Evaluation> {
+    let mut evals: Few<Evaluation> = policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| evaluate(p, state_of(i), t_ms, cost))
+        .collect();
+    if evals.as_slice().iter().all(|e| e.decision.allowed) {
+        return evals;
+    }
+    for (i, e) in evals.as_mut_slice().iter_mut().enumerate() {
+        if e.decision.allowed && e.update != Update::None {
+            let mut query = evaluate(&policies[i], state_of(i), t_ms, 0);
+            query.decision.delay = Duration::ZERO;
+            *e = query;
+        }
+    }
+    evals
+}
+
+/// Converts `state`, last written under `from`, for use under `to`: the carry-over rule when a
+/// policy of one name changes its parameters (a redeploy, or an override set at run time).
+/// A pure function of its inputs; backends apply it lazily, at each evaluation, and store its
+/// result only with the next admitted request, so queries and denials still change nothing.
+///
+/// The rule, per algorithm (nothing is ever given back that was not, and nothing goes
+/// negative):
+/// - between buckets (token bucket, GCRA, leaky bucket, in any combination): the units in use
+///   at `t_ms` (B − x tokens taken, or y units queued), rounded **up** to a whole unit and
+///   capped at the new burst, carry over; they then drain at the new rate;
+/// - fixed window → fixed window: with the same period, the current window's count carries
+///   over, capped at the new limit; with another period, it carries into the new current
+///   window if the state was last written inside it, else the key starts fresh;
+/// - sliding window → sliding window: with the same period, both windows' counts carry over,
+///   capped at the new limit; with another period, their sum (capped) becomes the count of
+///   the new window in which the state was last written, if that is the current or the
+///   previous one, else the key starts fresh;
+/// - sliding log → sliding log: the log carries over as it is; the new limit and period
+///   apply to it (a count above a lowered limit reports `remaining` 0 until entries expire);
+/// - anything else (another kind of algorithm): the key starts fresh.
+pub fn carry_over(from: &Policy, to: &Policy, state: &State, t_ms: u64) -> State {
+    let now = t_ms.max(state.updated_ms);
+    match (from.algorithm(), to.algorithm()) {
+        (a, b) if a.is_bucket() && b.is_bucket() => bucket::carry_over(from, to, state, now),
+        (Algorithm::FixedWindow, Algorithm::FixedWindow) => {
+            fixed_window::carry_over(from, to, state, now)
+        }
+        (Algorithm::SlidingWindow, Algorithm::SlidingWindow) => {
+            sliding_window::carry_over(from, to, state, now)
+        }
+        (Algorithm::SlidingLog, Algorithm::SlidingLog) => sliding_log::carry_over(state),
+        _ => State::fresh_at(now),
+    }
+}
+
+/// Gives back `cost` units to `state` at `t_ms` under `policy` (whose parameters the state
+/// must already have; see [`carry_over`]): quota used by a request that, after the fact,
+/// should not count. Never beyond a fresh key's capacity. Per algorithm:
+/// - buckets: the debt shrinks by `cost` units (a token bucket gets `cost` tokens back, a
+///   leaky bucket's queue shrinks by `cost` units), not below empty;
+/// - fixed window: the current window's count shrinks by `cost`, not below 0 (a past
+///   window's count no longer matters);
+/// - sliding window: the current window's count shrinks first, then the previous one's;
+/// - sliding log: the newest live entries shrink first (and go when they reach 0).
+///
+/// The branch is chosen by the shape of the stored state (each shape belongs to one family);
+/// a fresh state has nothing to give back.
+pub fn refund(policy: &Policy, state: &mut State, t_ms: u64, cost: u64) {
+    let now = t_ms.max(state.updated_ms);
+    if cost == 0 {
+        return;
+    }
+    match state.kind {
+        Kind::Fresh => {}
+        Kind::Bucket { .. } | Kind::Gcra { .. } => bucket::refund(policy, state, now, cost),
+        Kind::Window { .. } => fixed_window::refund(policy, state, now, cost),
+        Kind::Sliding { .. } => sliding_window::refund(policy, state, now, cost),
+        Kind::Log(_) => sliding_log::refund(policy, state, now, cost),
+    }
+}
+
+/// An exact duration of `num / den` milliseconds.
+#[derive(Clone, Copy, Debug)]
+struct Exact {
+    num: u128,
+    den: u128,
+}
+
+impl Exact {
+    const ZERO: Exact = Exact { num: 0, den: 1 };
+
+    fn ms(ms: u128) -> Self {
+        Exact { num: ms, den: 1 }
+    }
+
+    fn ratio(num: u128, den: u128) -> Self {
+        Exact { num, den }
+    }
+
+    fn duration(self) -> Duration {
+        ms_ratio(self.num, self.den)
+    }
+
+    fn ceil_ms(self) -> u128 {
+        match (u64::try_from(self.num), u64::try_from(self.den)) {
+            (Ok(n), Ok(d)) => u128::from(n.div_ceil(d.max(1))),
+            _ => self.num.div_ceil(self.den.max(1)),
+        }
+    }
+}
+
+struct Outcome {
+    allowed: bool,
+    remaining: u64,
+    retry: Option<Exact>,
+    reset: Exact,
+    delay: Exact,
+    update: Update,
+}
+
+impl Outcome {
+    /// Admitted, with no state change (a query, cost 0).
+    fn query(remaining: u64, reset: Exact, delay: Exact) -> Self {
+        Outcome {
+            allowed: true,
+            remaining,
+            retry: Some(Exact::ZERO),
+            reset,
+            delay,
+            update: Update::None,
+        }
+    }
+
+    /// Denied: changes nothing. `retry` is `None` when no wait can help.
+    fn deny(remaining: u64, retry: Option<Exact>, reset: Exact) -> Self {
+        Outcome {
+            allowed: false,
+            remaining,
+            retry,
+            reset,
+            delay: Exact::ZERO,
+            update: Update::None,
+        }
+    }
+
+    fn admit(remaining: u64, reset: Exact, delay: Exact, update: Update) -> Self {
+        Outcome {
+            allowed: true,
+            remaining,
+            retry: Some(Exact::ZERO),
+            reset,
+            delay,
+            update,
+        }
+    }
+}
+
+fn narrow(v: u128) -> u64 {
+    // Every value narrowed here is bounded by max(L, B)·P ≤ 2^53 − 1 or by a u64 input.
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// ⌈a / b⌉ for b ≥ 1, in 64-bit arithmetic when both fit (128-bit division is slow).
+fn div_ceil(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => u128::from(a.div_ceil(b.max(1))),
+        _ => a.div_ceil(b.max(1)),
+    }
+}
+
+/// (L, P, capacity) as u128.
+fn params(p: &Policy) -> (u128, u128, u128) {
+    (
+        u128::from(p.limit()),
+        u128::from(p.period_ms()),
+        u128::from(p.capacity()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_stepping_back_uses_last_update_and_gives_nothing_back() {
+        for alg in Algorithm::ALL {
+            let p = Policy::new(alg, 2, Duration::from_secs(1)).unwrap();
+            let mut s = State::new();
+            assert!(check(&p, &mut s, 10_000, 1).allowed());
+            assert!(check(&p, &mut s, 10_000, 1).allowed());
+            // The clock reads 5 s earlier: no underflow, no extra quota.
+            let back = check(&p, &mut s, 5_000, 1);
+            assert!(!back.allowed(), "{alg}");
+            assert_eq!(s.updated_ms(), 10_000);
+        }
+    }
+
+    #[test]
+    fn cost_above_capacity_is_never_and_extreme_inputs_do_not_panic() {
+        for alg in Algorithm::ALL {
+            let p = Policy::new(alg, 5, Duration::from_millis(7)).unwrap();
+            let mut s = State::new();
+            let d = check(&p, &mut s, 0, u64::MAX);
+            assert!(!d.allowed());
+            assert_eq!(d.retry_after(), None);
+            assert_eq!(s, State::new());
+            let last = crate::MAX_REQUEST_VALUE;
+            let d = check(&p, &mut s, last, 5);
+            assert!(d.allowed(), "{alg}");
+            let d = check(&p, &mut s, last, 1);
+            assert!(!d.allowed(), "{alg}");
+            let big = Policy::new(alg, u32::MAX.into(), Duration::from_millis(1)).unwrap();
+            let mut s = State::new();
+            assert!(check(&big, &mut s, 1 << 53, u32::MAX.into()).allowed());
+        }
+    }
+}
