@@ -52,7 +52,7 @@ pub enum OnFailure {
 /// Why a [`RedisBackend`] could not be built.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum InvalidRedisConfig {
     /// The URL did not parse (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS,
     /// several comma-separated URLs for a Cluster).
     Url(String),
@@ -60,11 +60,11 @@ pub enum ConfigError {
     Prefix(String),
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for InvalidRedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Url(e) => write!(f, "invalid Redis URL: {e}"),
-            ConfigError::Prefix(p) => write!(
+            InvalidRedisConfig::Url(e) => write!(f, "invalid Redis URL: {e}"),
+            InvalidRedisConfig::Prefix(p) => write!(
                 f,
                 "invalid key prefix {p:?}: it must be non-empty and hold no '{{' or '}}'"
             ),
@@ -72,7 +72,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for InvalidRedisConfig {}
 
 enum Pool {
     /// A single node: deadpool makes the connections; one multiplexed connection taken out
@@ -303,14 +303,14 @@ impl<C> RedisBackendBuilder<C> {
     /// backend can be built while Redis is down.
     ///
     /// # Errors
-    /// [`ConfigError::Url`] for a URL that does not parse; [`ConfigError::Prefix`] for an
+    /// [`InvalidRedisConfig::Url`] for a URL that does not parse; [`InvalidRedisConfig::Prefix`] for an
     /// empty prefix or one holding `{` or `}`.
-    pub fn build(self) -> Result<RedisBackend<C>, ConfigError>
+    pub fn build(self) -> Result<RedisBackend<C>, InvalidRedisConfig>
     where
         C: Clock,
     {
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
-            return Err(ConfigError::Prefix(self.prefix));
+            return Err(InvalidRedisConfig::Prefix(self.prefix));
         }
         let urls: Vec<String> = self
             .urls
@@ -319,10 +319,10 @@ impl<C> RedisBackendBuilder<C> {
             .filter(|u| !u.is_empty())
             .collect();
         if urls.is_empty() {
-            return Err(ConfigError::Url("no URL given".into()));
+            return Err(InvalidRedisConfig::Url("no URL given".into()));
         }
         for u in &urls {
-            redis::parse_redis_url(u).ok_or_else(|| ConfigError::Url(u.clone()))?;
+            redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
         }
         let cluster = self.cluster.unwrap_or(urls.len() > 1);
         let pool = if cluster {
@@ -332,7 +332,7 @@ impl<C> RedisBackendBuilder<C> {
             }
             Pool::Cluster(
                 cfg.create_pool(Some(Runtime::Tokio1))
-                    .map_err(|e| ConfigError::Url(e.to_string()))?,
+                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?,
             )
         } else {
             // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
@@ -341,7 +341,7 @@ impl<C> RedisBackendBuilder<C> {
                 .set_response_timeout(None)
                 .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))));
             let manager = deadpool_redis::Manager::new_with_config(urls[0].as_str(), connection)
-                .map_err(|e| ConfigError::Url(e.to_string()))?;
+                .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
             let mut builder = deadpool_redis::Pool::builder(manager).runtime(Runtime::Tokio1);
             if let Some(n) = self.pool_size {
                 builder = builder.max_size(n);
@@ -349,7 +349,7 @@ impl<C> RedisBackendBuilder<C> {
             Pool::Single {
                 pool: builder
                     .build()
-                    .map_err(|e| ConfigError::Url(e.to_string()))?,
+                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?,
                 shared: std::sync::Mutex::new(None),
             }
         };

@@ -35,7 +35,7 @@ mod keys;
 mod script;
 
 pub use backend::{
-    CheckFuture, ConfigError, OnFailure, RedisBackend, RedisBackendBuilder, RedisStats,
+    CheckFuture, InvalidRedisConfig, OnFailure, RedisBackend, RedisBackendBuilder, RedisStats,
     DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT, SIMULATION_MIN_TTL,
 };
 pub use deadpool_redis::redis;

@@ -72,7 +72,7 @@ impl Action {
 /// Why a layer could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum InvalidLayer {
     /// No policy was given, neither on the layer nor in a rule.
     NoPolicies,
     /// A rule that is not exempt has no policy.
@@ -102,30 +102,30 @@ pub enum ConfigError {
     },
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for InvalidLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
-            ConfigError::RuleWithoutPolicies(r) => {
+            InvalidLayer::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
+            InvalidLayer::RuleWithoutPolicies(r) => {
                 write!(f, "rule {r:?} has no policy and is not exempt")
             }
-            ConfigError::Tier(e) => write!(f, "invalid tier: {e}"),
-            ConfigError::ExemptRuleWithPolicies(r) => {
+            InvalidLayer::Tier(e) => write!(f, "invalid tier: {e}"),
+            InvalidLayer::ExemptRuleWithPolicies(r) => {
                 write!(f, "rule {r:?} is exempt but also has policies")
             }
-            ConfigError::DuplicatePolicyName(n) => write!(
+            InvalidLayer::DuplicatePolicyName(n) => write!(
                 f,
                 "two policies are named {n:?}; names must be unique within a rule"
             ),
-            ConfigError::ConflictingPolicy(n) => write!(
+            InvalidLayer::ConflictingPolicy(n) => write!(
                 f,
                 "two rules apply policies named {n:?} with different parameters; a shared name means a shared counter, so the parameters must match"
             ),
-            ConfigError::InvalidPolicyName(n) => write!(
+            InvalidLayer::InvalidPolicyName(n) => write!(
                 f,
                 "the derived policy name {n:?} is not a valid policy name; give the rule a shorter name with Rule::name or the policy an explicit one"
             ),
-            ConfigError::DelayExceedsMaxWait {
+            InvalidLayer::DelayExceedsMaxWait {
                 policy,
                 max_delay,
                 max_wait,
@@ -139,7 +139,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for InvalidLayer {}
 
 /// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
 ///
@@ -313,9 +313,9 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
     /// client peer IP, in memory.
     ///
     /// # Errors
-    /// [`ConfigError::NoPolicies`] for an empty list; [`ConfigError::DuplicatePolicyName`]
+    /// [`InvalidLayer::NoPolicies`] for an empty list; [`InvalidLayer::DuplicatePolicyName`]
     /// when two policies share a name.
-    pub fn with_policies(policies: impl IntoIterator<Item = Policy>) -> Result<Self, ConfigError> {
+    pub fn with_policies(policies: impl IntoIterator<Item = Policy>) -> Result<Self, InvalidLayer> {
         Self::builder().policies(policies).build()
     }
 
@@ -385,9 +385,9 @@ impl<B, K> RateLimitLayer<B, K> {
     /// The same layer with `action` applied to denied requests.
     ///
     /// # Errors
-    /// [`ConfigError::DelayExceedsMaxWait`] for [`Action::Delay`] when a leaky-bucket policy
+    /// [`InvalidLayer::DelayExceedsMaxWait`] for [`Action::Delay`] when a leaky-bucket policy
     /// could ask for a longer delay than its `max_wait`.
-    pub fn with_action(self, action: Action) -> Result<Self, ConfigError>
+    pub fn with_action(self, action: Action) -> Result<Self, InvalidLayer>
     where
         B: Clone,
         K: Clone,
@@ -657,10 +657,10 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// Checks the configuration and builds the layer.
     ///
     /// # Errors
-    /// [`ConfigError`]: no policy anywhere, a non-exempt rule without policies, duplicate or
+    /// [`InvalidLayer`]: no policy anywhere, a non-exempt rule without policies, duplicate or
     /// conflicting policy names, an invalid derived name, or (with [`Action::Delay`]) a leaky
     /// bucket that could delay longer than the maximum wait.
-    pub fn build(self) -> Result<RateLimitLayer<B, K>, ConfigError> {
+    pub fn build(self) -> Result<RateLimitLayer<B, K>, InvalidLayer> {
         let mut rules: Vec<CompiledRule> = Vec::with_capacity(self.rules.len() + 1);
         for rule in self.rules {
             rules.push(compile(rule, true)?);
@@ -673,7 +673,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             .iter()
             .any(|r| !r.rule.exempt && !r.policies.is_empty())
         {
-            return Err(ConfigError::NoPolicies);
+            return Err(InvalidLayer::NoPolicies);
         }
         // A shared name is a shared counter: the parameters must agree.
         let all: Vec<&Policy> = rules.iter().flat_map(|r| r.policies.iter()).collect();
@@ -682,26 +682,26 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                 .iter()
                 .any(|q| q.name() == p.name() && q.fingerprint() != p.fingerprint())
             {
-                return Err(ConfigError::ConflictingPolicy(p.name().to_owned()));
+                return Err(InvalidLayer::ConflictingPolicy(p.name().to_owned()));
             }
         }
         check_action(&rules, self.action)?;
         for (name, policies) in &self.tiers {
             check_action_policies(policies, self.action)?;
-            turnstile_core::validate_policy_set(policies).map_err(ConfigError::Tier)?;
-            turnstile_core::validate_tier_name(name).map_err(ConfigError::Tier)?;
+            turnstile_core::validate_policy_set(policies).map_err(InvalidLayer::Tier)?;
+            turnstile_core::validate_tier_name(name).map_err(InvalidLayer::Tier)?;
         }
         for rule in &mut rules {
             if rule.policies.is_empty() {
                 continue;
             }
             let mut limits = Limits::new(rule.policies.iter().cloned())
-                .map_err(|_| ConfigError::DuplicatePolicyName(rule.rule.label()))?
+                .map_err(|_| InvalidLayer::DuplicatePolicyName(rule.rule.label()))?
                 .when_unconfigured(self.unconfigured);
             for (name, policies) in &self.tiers {
                 limits = limits
                     .with_tier(name, policies.iter().cloned())
-                    .map_err(ConfigError::Tier)?;
+                    .map_err(InvalidLayer::Tier)?;
             }
             rule.limits = Some(limits);
         }
@@ -741,13 +741,13 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
 
 /// Names a rule's policies and precomputes what the layer needs. `derive_names`: whether
 /// unnamed policies are named after the rule (the layer's own policies keep theirs).
-fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, ConfigError> {
+fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer> {
     let label = rule.label();
     if rule.exempt && !rule.policies.is_empty() {
-        return Err(ConfigError::ExemptRuleWithPolicies(label));
+        return Err(InvalidLayer::ExemptRuleWithPolicies(label));
     }
     if !rule.exempt && rule.policies.is_empty() {
-        return Err(ConfigError::RuleWithoutPolicies(label));
+        return Err(InvalidLayer::RuleWithoutPolicies(label));
     }
     let mut policies = Vec::with_capacity(rule.policies.len());
     for p in &rule.policies {
@@ -755,12 +755,12 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, ConfigError> 
             let name = format!("{label} {}", p.name());
             p.clone()
                 .with_name(&name)
-                .map_err(|_| ConfigError::InvalidPolicyName(name))?
+                .map_err(|_| InvalidLayer::InvalidPolicyName(name))?
         } else {
             p.clone()
         };
         if policies.iter().any(|q: &Policy| q.name() == p.name()) {
-            return Err(ConfigError::DuplicatePolicyName(p.name().to_owned()));
+            return Err(InvalidLayer::DuplicatePolicyName(p.name().to_owned()));
         }
         policies.push(p);
     }
@@ -788,20 +788,20 @@ fn max_leaky_delay(p: &Policy) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
-fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), ConfigError> {
+fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), InvalidLayer> {
     for r in rules {
         check_action_policies(&r.policies, action)?;
     }
     Ok(())
 }
 
-fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), ConfigError> {
+fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), InvalidLayer> {
     if let Action::Delay { max_wait } = action {
         for p in policies {
             if p.algorithm() == Algorithm::LeakyBucket {
                 let max_delay = max_leaky_delay(p);
                 if max_delay > max_wait {
-                    return Err(ConfigError::DelayExceedsMaxWait {
+                    return Err(InvalidLayer::DelayExceedsMaxWait {
                         policy: p.name().to_owned(),
                         max_delay,
                         max_wait,
@@ -871,14 +871,14 @@ mod tests {
     #[test]
     fn invalid_configurations_are_refused() {
         let err = |b: RateLimitLayerBuilder| b.build().unwrap_err();
-        assert_eq!(err(RateLimitLayer::builder()), ConfigError::NoPolicies);
+        assert_eq!(err(RateLimitLayer::builder()), InvalidLayer::NoPolicies);
         assert_eq!(
             err(RateLimitLayer::builder().rule(Rule::new().path("/x").exempt())),
-            ConfigError::NoPolicies
+            InvalidLayer::NoPolicies
         );
         assert!(matches!(
             err(RateLimitLayer::builder().rule(Rule::new().path("/x"))),
-            ConfigError::RuleWithoutPolicies(_)
+            InvalidLayer::RuleWithoutPolicies(_)
         ));
         assert!(matches!(
             err(RateLimitLayer::builder()
@@ -892,14 +892,14 @@ mod tests {
                         .path("/c")
                         .policy(p("gcra:limit=6,period=1m,name=s"))
                 )),
-            ConfigError::ConflictingPolicy(_)
+            InvalidLayer::ConflictingPolicy(_)
         ));
         assert!(matches!(
             err(RateLimitLayer::builder().policies([
                 p("gcra:limit=5,period=1m,name=s"),
                 p("gcra:limit=6,period=1m,name=s")
             ])),
-            ConfigError::DuplicatePolicyName(_)
+            InvalidLayer::DuplicatePolicyName(_)
         ));
         assert!(matches!(
             err(RateLimitLayer::builder().rule(
@@ -907,7 +907,7 @@ mod tests {
                     .path("/\"quoted\"")
                     .policy(p("gcra:limit=5,period=1m"))
             )),
-            ConfigError::InvalidPolicyName(_)
+            InvalidLayer::InvalidPolicyName(_)
         ));
     }
 
@@ -927,7 +927,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             too_short,
-            ConfigError::DelayExceedsMaxWait {
+            InvalidLayer::DelayExceedsMaxWait {
                 policy: "leaky-bucket:limit=5,period=1s".into(),
                 max_delay: Duration::from_millis(800),
                 max_wait: Duration::from_millis(799)

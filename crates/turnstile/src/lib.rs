@@ -74,7 +74,7 @@ pub use turnstile_redis as redis;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
-pub use layer::{Action, ConfigError, FailurePolicy, RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{Action, FailurePolicy, InvalidLayer, RateLimitLayer, RateLimitLayerBuilder};
 pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;
 pub use service::RateLimit;

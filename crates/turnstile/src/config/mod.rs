@@ -598,7 +598,7 @@ impl Validator<'_> {
         // named by the policy or the action it concerns.
         if let Err(e) = config.builder().build() {
             let loc = match &e {
-                crate::ConfigError::DelayExceedsMaxWait { policy, .. } => named
+                crate::InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
                     .iter()
                     .find(|(p, _)| p.name() == policy)
                     .map(|(_, loc)| loc),
@@ -606,7 +606,7 @@ impl Validator<'_> {
             };
             return Err(match (loc, &raw.action) {
                 (Some(loc), _) => self.at(loc, e.to_string()),
-                (None, Some(a)) if matches!(e, crate::ConfigError::DelayExceedsMaxWait { .. }) => {
+                (None, Some(a)) if matches!(e, crate::InvalidLayer::DelayExceedsMaxWait { .. }) => {
                     self.span_at(a, "action", e.to_string())
                 }
                 _ => ConfigFileError::new(self.file, self.text, None, String::new(), e.to_string()),
