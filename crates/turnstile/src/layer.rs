@@ -1,5 +1,7 @@
 //! [`RateLimitLayer`] and its builder: configuration, shared by every service it builds.
 
+pub(crate) mod naming;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -676,15 +678,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             return Err(InvalidLayer::NoPolicies);
         }
         // A shared name is a shared counter: the parameters must agree.
-        let all: Vec<&Policy> = rules.iter().flat_map(|r| r.policies.iter()).collect();
-        for (i, p) in all.iter().enumerate() {
-            if all[..i]
-                .iter()
-                .any(|q| q.name() == p.name() && q.fingerprint() != p.fingerprint())
-            {
-                return Err(InvalidLayer::ConflictingPolicy(p.name().to_owned()));
-            }
-        }
+        naming::check_shared_names(rules.iter().flat_map(|r| r.policies.iter()))?;
         check_action(&rules, self.action)?;
         for (name, policies) in &self.tiers {
             check_action_policies(policies, self.action)?;
@@ -739,8 +733,9 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     }
 }
 
-/// Names a rule's policies and precomputes what the layer needs. `derive_names`: whether
-/// unnamed policies are named after the rule (the layer's own policies keep theirs).
+/// Names a rule's policies ([`naming::name_policies`]) and precomputes what the layer needs.
+/// `derive_names`: whether unnamed policies are named after the rule (the layer's own
+/// policies keep theirs).
 fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer> {
     let label = rule.label();
     if rule.exempt && !rule.policies.is_empty() {
@@ -749,21 +744,7 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     if !rule.exempt && rule.policies.is_empty() {
         return Err(InvalidLayer::RuleWithoutPolicies(label));
     }
-    let mut policies = Vec::with_capacity(rule.policies.len());
-    for p in &rule.policies {
-        let p = if derive_names && !p.has_explicit_name() {
-            let name = format!("{label} {}", p.name());
-            p.clone()
-                .with_name(&name)
-                .map_err(|_| InvalidLayer::InvalidPolicyName(name))?
-        } else {
-            p.clone()
-        };
-        if policies.iter().any(|q: &Policy| q.name() == p.name()) {
-            return Err(InvalidLayer::DuplicatePolicyName(p.name().to_owned()));
-        }
-        policies.push(p);
-    }
+    let policies = naming::name_policies(derive_names.then_some(label.as_str()), &rule.policies)?;
     let max_leaky_delay = policies
         .iter()
         .filter(|p| p.algorithm() == Algorithm::LeakyBucket)

@@ -13,7 +13,7 @@ use super::key::{ConfigKey, Part};
 use super::raw::{self, KeyPart, PolicySpec, RawAction, RawFailure, RawFile, RawForwarded};
 use super::{LayerConfig, RuleEntry};
 use crate::key::{ClientIp, ForwardedHeader, HeaderKey, KeyLogging, MissingKey, PeerIp};
-use crate::layer::Action;
+use crate::layer::{naming, Action, InvalidLayer};
 use crate::rule::Rule;
 
 impl LayerConfig {
@@ -123,18 +123,7 @@ impl Validator<'_> {
         for (i, r) in raw.rules.iter().enumerate() {
             rules.push(self.rule(i, r, &mut named)?);
         }
-        let mut policies = Vec::with_capacity(raw.policies.len());
-        for (j, p) in raw.policies.iter().enumerate() {
-            let loc = Loc {
-                field: format!("policies[{j}]"),
-                span: p.span(),
-            };
-            let policy = p.get_ref().0.clone();
-            self.unique_in_set(&policies, &policy, &loc)?;
-            self.consistent(&named, &policy, &loc)?;
-            policies.push(policy.clone());
-            named.push((policy, loc));
-        }
+        let policies = self.name_set(None, &raw.policies, "policies", &mut named, true)?;
         if policies.is_empty() && rules.iter().all(|r: &RuleEntry| r.named.is_empty()) {
             return Err(ConfigFileError::new(
                 self.file,
@@ -159,17 +148,7 @@ impl Validator<'_> {
             if list.get_ref().is_empty() {
                 return Err(self.span_at(list, &field, "a tier needs at least one policy"));
             }
-            let mut set: Vec<Policy> = Vec::new();
-            for (j, p) in list.get_ref().iter().enumerate() {
-                let loc = Loc {
-                    field: format!("{field}[{j}]"),
-                    span: p.span(),
-                };
-                let policy = p.get_ref().0.clone();
-                self.unique_in_set(&set, &policy, &loc)?;
-                set.push(policy.clone());
-                named.push((policy, loc));
-            }
+            let set = self.name_set(None, list.get_ref(), &field, &mut named, false)?;
             tiers.push((name.clone(), set));
         }
         let action = match raw.action.as_ref().map(|a| *a.get_ref()) {
@@ -225,7 +204,7 @@ impl Validator<'_> {
         // named by the policy or the action it concerns.
         if let Err(e) = config.builder().build() {
             let loc = match &e {
-                crate::InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
+                InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
                     .iter()
                     .find(|(p, _)| p.name() == policy)
                     .map(|(_, loc)| loc),
@@ -233,7 +212,7 @@ impl Validator<'_> {
             };
             return Err(match (loc, &raw.action) {
                 (Some(loc), _) => self.at(loc, e.to_string()),
-                (None, Some(a)) if matches!(e, crate::InvalidLayer::DelayExceedsMaxWait { .. }) => {
+                (None, Some(a)) if matches!(e, InvalidLayer::DelayExceedsMaxWait { .. }) => {
                     self.span_at(a, "action", e.to_string())
                 }
                 _ => ConfigFileError::new(self.file, self.text, None, String::new(), e.to_string()),
@@ -395,31 +374,14 @@ impl Validator<'_> {
             let c = c.0;
             rule = rule.cost(move |_| c);
         }
-        let label = rule.label();
-        let mut set: Vec<Policy> = Vec::with_capacity(r.policies.len());
-        for (j, p) in r.policies.iter().enumerate() {
-            let loc = Loc {
-                field: format!("{field}.policies[{j}]"),
-                span: p.span(),
-            };
-            let PolicySpec(policy) = p.get_ref();
-            rule = rule.policy(policy.clone());
-            let final_policy = if policy.has_explicit_name() {
-                policy.clone()
-            } else {
-                let name = format!("{label} {}", policy.name());
-                policy.clone().with_name(&name).map_err(|_| {
-                    self.at(
-                        &loc,
-                        format!("the name this policy gets from its rule, {name:?}, is not a valid policy name; give the rule a shorter `name` or the policy its own"),
-                    )
-                })?
-            };
-            self.unique_in_set(&set, &final_policy, &loc)?;
-            self.consistent(named, &final_policy, &loc)?;
-            set.push(final_policy.clone());
-            named.push((final_policy, loc));
-        }
+        rule = rule.policies(r.policies.iter().map(|p| p.get_ref().0.clone()));
+        let set = self.name_set(
+            Some(&rule.label()),
+            &r.policies,
+            &format!("{field}.policies"),
+            named,
+            true,
+        )?;
         Ok(RuleEntry {
             rule,
             cost: r.cost.map(|c| c.0),
@@ -427,40 +389,53 @@ impl Validator<'_> {
         })
     }
 
-    /// Two policies of one set may not share a name.
-    fn unique_in_set(&self, set: &[Policy], p: &Policy, loc: &Loc) -> Result<(), ConfigFileError> {
-        if set.iter().any(|q| q.name() == p.name()) {
-            return Err(self.at(
-                loc,
-                format!(
-                    "another policy of this set is named {:?}; names must be unique within a rule, a tier or the top-level policies",
-                    p.name()
-                ),
-            ));
+    /// Names a set of policies as the layer does ([`naming`]): a rule's after `rule_label`,
+    /// the top-level ones and a tier's as given. Records each in `named` with where it was
+    /// written (`field[j]`); with `shared`, checks them against every policy named before: a
+    /// shared name is a shared counter, so the parameters must match.
+    fn name_set(
+        &self,
+        rule_label: Option<&str>,
+        specs: &[Spanned<PolicySpec>],
+        field: &str,
+        named: &mut Vec<(Policy, Loc)>,
+        shared: bool,
+    ) -> Result<Vec<Policy>, ConfigFileError> {
+        let policies: Vec<Policy> = specs.iter().map(|p| p.get_ref().0.clone()).collect();
+        let locs: Vec<Loc> = specs
+            .iter()
+            .enumerate()
+            .map(|(j, p)| Loc {
+                field: format!("{field}[{j}]"),
+                span: p.span(),
+            })
+            .collect();
+        let set = naming::name_policies(rule_label, &policies)
+            .map_err(|m| self.misnamed(&m.error, &locs[m.index], None))?;
+        named.extend(set.iter().cloned().zip(locs));
+        if shared {
+            naming::check_shared_names(named.iter().map(|(p, _)| p)).map_err(|m| {
+                let earlier = m.earlier.map(|e| &named[e].1);
+                self.misnamed(&m.error, &named[m.index].1, earlier)
+            })?;
         }
-        Ok(())
+        Ok(set)
     }
 
-    /// Policies of one name share a counter: their parameters must match.
-    fn consistent(
-        &self,
-        named: &[(Policy, Loc)],
-        p: &Policy,
-        loc: &Loc,
-    ) -> Result<(), ConfigFileError> {
-        if let Some((_, other)) = named
-            .iter()
-            .find(|(q, _)| q.name() == p.name() && q.fingerprint() != p.fingerprint())
-        {
-            return Err(self.at(
-                loc,
-                format!(
-                    "{} also has a policy named {:?}, with different parameters; a shared name is a shared counter, so the parameters must match",
-                    other.field,
-                    p.name()
-                ),
-            ));
-        }
-        Ok(())
+    /// A naming problem as the file says it, at the policy concerned; for a conflict,
+    /// `earlier` is where the other policy of that name was written.
+    fn misnamed(&self, error: &InvalidLayer, loc: &Loc, earlier: Option<&Loc>) -> ConfigFileError {
+        let message = match (error, earlier) {
+            (InvalidLayer::InvalidPolicyName(name), _) => format!("the name this policy gets from its rule, {name:?}, is not a valid policy name; give the rule a shorter `name` or the policy its own"),
+            (InvalidLayer::DuplicatePolicyName(name), _) => format!(
+                "another policy of this set is named {name:?}; names must be unique within a rule, a tier or the top-level policies"
+            ),
+            (InvalidLayer::ConflictingPolicy(name), Some(other)) => format!(
+                "{} also has a policy named {name:?}, with different parameters; a shared name is a shared counter, so the parameters must match",
+                other.field
+            ),
+            (e, _) => e.to_string(),
+        };
+        self.at(loc, message)
     }
 }
