@@ -150,3 +150,77 @@ impl fmt::Display for LayerConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The policy names the effective configuration prints, rule by rule and then the
+    /// top-level ones (tiers left out).
+    fn printed_names(config: &LayerConfig) -> Vec<String> {
+        config
+            .to_string()
+            .lines()
+            .take_while(|l| !l.starts_with("tiers "))
+            .filter_map(|l| l.strip_prefix("       \""))
+            .map(|l| l.split('"').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn check_config_prints_the_names_the_layer_uses() {
+        let text = r#"
+policies = ["token-bucket:limit=100,period=1m", "gcra:limit=5,period=1s,name=per-second"]
+
+[[rules]]
+methods = ["POST"]
+path = "/login"
+policies = ["fixed-window:limit=5,period=1m", "sliding-log:limit=20,period=1h"]
+
+[[rules]]
+name = "api"
+path_prefix = "/api"
+policies = ["gcra:limit=10,period=1s", "fixed-window:limit=5,period=1m,name=shared"]
+
+[[rules]]
+grpc_method = "helloworld.Greeter/SayHello"
+policies = ["fixed-window:limit=5,period=1m", "fixed-window:limit=5,period=1m,name=shared"]
+
+[[rules]]
+path = "/healthz"
+exempt = true
+"#;
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/turnstile.toml");
+        for config in [
+            LayerConfig::from_toml("t.toml", text).unwrap(),
+            LayerConfig::from_file(example).unwrap(),
+        ] {
+            let layer = config.builder().build().unwrap();
+            let used: Vec<String> = layer
+                .config
+                .settings
+                .rules
+                .iter()
+                .flat_map(|r| r.policies.iter().map(|p| p.name().to_owned()))
+                .collect();
+            assert_eq!(printed_names(&config), used);
+            let printed = printed_names(&config);
+            let own: Vec<&str> = layer.policies().iter().map(|p| p.name()).collect();
+            assert_eq!(printed[printed.len() - own.len()..], own);
+        }
+        let config = LayerConfig::from_toml("t.toml", text).unwrap();
+        assert_eq!(
+            printed_names(&config),
+            [
+                "POST /login fixed-window:limit=5,period=1m",
+                "POST /login sliding-log:limit=20,period=1h",
+                "api gcra:limit=10,period=1s",
+                "shared",
+                "grpc helloworld.Greeter/SayHello fixed-window:limit=5,period=1m",
+                "shared",
+                "token-bucket:limit=100,period=1m",
+                "per-second",
+            ]
+        );
+    }
+}
