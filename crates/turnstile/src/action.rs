@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use turnstile_core::{Algorithm, Policy};
 
-use crate::error::ConfigError;
+use crate::error::InvalidLayer;
 use crate::rule::CompiledRule;
 
 /// What the layer does with a request its policies deny.
@@ -49,20 +49,20 @@ pub(crate) fn max_leaky_delay(p: &Policy) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
-pub(crate) fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), ConfigError> {
+pub(crate) fn check_action(rules: &[CompiledRule], action: Action) -> Result<(), InvalidLayer> {
     for r in rules {
         check_action_policies(&r.policies, action)?;
     }
     Ok(())
 }
 
-pub(crate) fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), ConfigError> {
+pub(crate) fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), InvalidLayer> {
     if let Action::Delay { max_wait } = action {
         for p in policies {
             if p.algorithm() == Algorithm::LeakyBucket {
                 let max_delay = max_leaky_delay(p);
                 if max_delay > max_wait {
-                    return Err(ConfigError::DelayExceedsMaxWait {
+                    return Err(InvalidLayer::DelayExceedsMaxWait {
                         policy: p.name().to_owned(),
                         max_delay,
                         max_wait,

@@ -1,4 +1,4 @@
-//! [`ConfigError`]: why a layer could not be built.
+//! [`InvalidLayer`]: why a layer could not be built.
 
 use std::fmt;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use turnstile_core::LimitsError;
 /// Why a layer could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum InvalidLayer {
     /// No policy was given, neither on the layer nor in a rule.
     NoPolicies,
     /// A rule that is not exempt has no policy.
@@ -38,30 +38,30 @@ pub enum ConfigError {
     },
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for InvalidLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
-            ConfigError::RuleWithoutPolicies(r) => {
+            InvalidLayer::NoPolicies => f.write_str("a rate-limit layer needs at least one policy"),
+            InvalidLayer::RuleWithoutPolicies(r) => {
                 write!(f, "rule {r:?} has no policy and is not exempt")
             }
-            ConfigError::Tier(e) => write!(f, "invalid tier: {e}"),
-            ConfigError::ExemptRuleWithPolicies(r) => {
+            InvalidLayer::Tier(e) => write!(f, "invalid tier: {e}"),
+            InvalidLayer::ExemptRuleWithPolicies(r) => {
                 write!(f, "rule {r:?} is exempt but also has policies")
             }
-            ConfigError::DuplicatePolicyName(n) => write!(
+            InvalidLayer::DuplicatePolicyName(n) => write!(
                 f,
                 "two policies are named {n:?}; names must be unique within a rule"
             ),
-            ConfigError::ConflictingPolicy(n) => write!(
+            InvalidLayer::ConflictingPolicy(n) => write!(
                 f,
                 "two rules apply policies named {n:?} with different parameters; a shared name means a shared counter, so the parameters must match"
             ),
-            ConfigError::InvalidPolicyName(n) => write!(
+            InvalidLayer::InvalidPolicyName(n) => write!(
                 f,
                 "the derived policy name {n:?} is not a valid policy name; give the rule a shorter name with Rule::name or the policy an explicit one"
             ),
-            ConfigError::DelayExceedsMaxWait {
+            InvalidLayer::DelayExceedsMaxWait {
                 policy,
                 max_delay,
                 max_wait,
@@ -75,5 +75,5 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for InvalidLayer {}
 

@@ -1,5 +1,7 @@
 //! [`RateLimitLayer`] and its builder: configuration, shared by every service it builds.
 
+pub(crate) mod naming;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use turnstile_core::wrap::Fallback;
 use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
 
 use crate::action::{check_action, check_action_policies, max_leaky_delay, Action};
-use crate::error::ConfigError;
+use crate::error::InvalidLayer;
 use crate::headers::policy_value;
 use crate::key::{KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::response::{Denial, DenialFn, DenialFnDebug};
@@ -115,9 +117,9 @@ impl RateLimitLayer<MemoryBackend, PeerIp> {
     /// client peer IP, in memory.
     ///
     /// # Errors
-    /// [`ConfigError::NoPolicies`] for an empty list; [`ConfigError::DuplicatePolicyName`]
+    /// [`InvalidLayer::NoPolicies`] for an empty list; [`InvalidLayer::DuplicatePolicyName`]
     /// when two policies share a name.
-    pub fn with_policies(policies: impl IntoIterator<Item = Policy>) -> Result<Self, ConfigError> {
+    pub fn with_policies(policies: impl IntoIterator<Item = Policy>) -> Result<Self, InvalidLayer> {
         Self::builder().policies(policies).build()
     }
 
@@ -201,9 +203,9 @@ impl<B, K> RateLimitLayer<B, K> {
     /// The same layer with `action` applied to denied requests. Counters stay shared.
     ///
     /// # Errors
-    /// [`ConfigError::DelayExceedsMaxWait`] for [`Action::Delay`] when a leaky-bucket policy
+    /// [`InvalidLayer::DelayExceedsMaxWait`] for [`Action::Delay`] when a leaky-bucket policy
     /// could ask for a longer delay than its `max_wait`.
-    pub fn with_action(self, action: Action) -> Result<Self, ConfigError>
+    pub fn with_action(self, action: Action) -> Result<Self, InvalidLayer>
     where
         B: Clone,
         K: Clone,
@@ -458,10 +460,10 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// Checks the configuration and builds the layer.
     ///
     /// # Errors
-    /// [`ConfigError`]: no policy anywhere, a non-exempt rule without policies, duplicate or
+    /// [`InvalidLayer`]: no policy anywhere, a non-exempt rule without policies, duplicate or
     /// conflicting policy names, an invalid derived name, or (with [`Action::Delay`]) a leaky
     /// bucket that could delay longer than the maximum wait.
-    pub fn build(self) -> Result<RateLimitLayer<B, K>, ConfigError> {
+    pub fn build(self) -> Result<RateLimitLayer<B, K>, InvalidLayer> {
         let mut rules: Vec<CompiledRule> = Vec::with_capacity(self.rules.len() + 1);
         for rule in self.rules {
             rules.push(compile(rule, true)?);
@@ -474,35 +476,27 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             .iter()
             .any(|r| !r.rule.exempt && !r.policies.is_empty())
         {
-            return Err(ConfigError::NoPolicies);
+            return Err(InvalidLayer::NoPolicies);
         }
         // A shared name is a shared counter: the parameters must agree.
-        let all: Vec<&Policy> = rules.iter().flat_map(|r| r.policies.iter()).collect();
-        for (i, p) in all.iter().enumerate() {
-            if all[..i]
-                .iter()
-                .any(|q| q.name() == p.name() && q.fingerprint() != p.fingerprint())
-            {
-                return Err(ConfigError::ConflictingPolicy(p.name().to_owned()));
-            }
-        }
+        naming::check_shared_names(rules.iter().flat_map(|r| r.policies.iter()))?;
         check_action(&rules, self.action)?;
         for (name, policies) in &self.tiers {
             check_action_policies(policies, self.action)?;
-            turnstile_core::validate_policy_set(policies).map_err(ConfigError::Tier)?;
-            turnstile_core::validate_tier_name(name).map_err(ConfigError::Tier)?;
+            turnstile_core::validate_policy_set(policies).map_err(InvalidLayer::Tier)?;
+            turnstile_core::validate_tier_name(name).map_err(InvalidLayer::Tier)?;
         }
         for rule in &mut rules {
             if rule.policies.is_empty() {
                 continue;
             }
             let mut limits = Limits::new(rule.policies.iter().cloned())
-                .map_err(|_| ConfigError::DuplicatePolicyName(rule.rule.label()))?
+                .map_err(|_| InvalidLayer::DuplicatePolicyName(rule.rule.label()))?
                 .when_unconfigured(self.unconfigured);
             for (name, policies) in &self.tiers {
                 limits = limits
                     .with_tier(name, policies.iter().cloned())
-                    .map_err(ConfigError::Tier)?;
+                    .map_err(InvalidLayer::Tier)?;
             }
             rule.limits = Some(limits);
         }
@@ -542,29 +536,15 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
 
 /// Names a rule's policies and precomputes what the layer needs. `derive_names`: whether
 /// unnamed policies are named after the rule (the layer's own policies keep theirs).
-fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, ConfigError> {
+fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer> {
     let label = rule.label();
     if rule.exempt && !rule.policies.is_empty() {
-        return Err(ConfigError::ExemptRuleWithPolicies(label));
+        return Err(InvalidLayer::ExemptRuleWithPolicies(label));
     }
     if !rule.exempt && rule.policies.is_empty() {
-        return Err(ConfigError::RuleWithoutPolicies(label));
+        return Err(InvalidLayer::RuleWithoutPolicies(label));
     }
-    let mut policies = Vec::with_capacity(rule.policies.len());
-    for p in &rule.policies {
-        let p = if derive_names && !p.has_explicit_name() {
-            let name = format!("{label} {}", p.name());
-            p.clone()
-                .with_name(&name)
-                .map_err(|_| ConfigError::InvalidPolicyName(name))?
-        } else {
-            p.clone()
-        };
-        if policies.iter().any(|q: &Policy| q.name() == p.name()) {
-            return Err(ConfigError::DuplicatePolicyName(p.name().to_owned()));
-        }
-        policies.push(p);
-    }
+    let policies = naming::name_policies(derive_names.then_some(label.as_str()), &rule.policies)?;
     let max_leaky_delay = policies
         .iter()
         .filter(|p| p.algorithm() == Algorithm::LeakyBucket)
@@ -639,14 +619,14 @@ mod tests {
     #[test]
     fn invalid_configurations_are_refused() {
         let err = |b: RateLimitLayerBuilder| b.build().unwrap_err();
-        assert_eq!(err(RateLimitLayer::builder()), ConfigError::NoPolicies);
+        assert_eq!(err(RateLimitLayer::builder()), InvalidLayer::NoPolicies);
         assert_eq!(
             err(RateLimitLayer::builder().rule(Rule::new().path("/x").exempt())),
-            ConfigError::NoPolicies
+            InvalidLayer::NoPolicies
         );
         assert!(matches!(
             err(RateLimitLayer::builder().rule(Rule::new().path("/x"))),
-            ConfigError::RuleWithoutPolicies(_)
+            InvalidLayer::RuleWithoutPolicies(_)
         ));
         assert!(matches!(
             err(RateLimitLayer::builder()
@@ -660,14 +640,14 @@ mod tests {
                         .path("/c")
                         .policy(p("gcra:limit=6,period=1m,name=s"))
                 )),
-            ConfigError::ConflictingPolicy(_)
+            InvalidLayer::ConflictingPolicy(_)
         ));
         assert!(matches!(
             err(RateLimitLayer::builder().policies([
                 p("gcra:limit=5,period=1m,name=s"),
                 p("gcra:limit=6,period=1m,name=s")
             ])),
-            ConfigError::DuplicatePolicyName(_)
+            InvalidLayer::DuplicatePolicyName(_)
         ));
         assert!(matches!(
             err(RateLimitLayer::builder().rule(
@@ -675,7 +655,7 @@ mod tests {
                     .path("/\"quoted\"")
                     .policy(p("gcra:limit=5,period=1m"))
             )),
-            ConfigError::InvalidPolicyName(_)
+            InvalidLayer::InvalidPolicyName(_)
         ));
     }
 
@@ -695,7 +675,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             too_short,
-            ConfigError::DelayExceedsMaxWait {
+            InvalidLayer::DelayExceedsMaxWait {
                 policy: "leaky-bucket:limit=5,period=1s".into(),
                 max_delay: Duration::from_millis(800),
                 max_wait: Duration::from_millis(799)

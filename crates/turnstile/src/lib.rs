@@ -80,7 +80,7 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
 pub use action::Action;
-pub use error::ConfigError;
+pub use error::InvalidLayer;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;

@@ -159,10 +159,10 @@ fn invalid_tiers_are_refused_at_build_time() {
         .policy(p("gcra:limit=1,period=1s"))
         .tier("no spaces", [p("gcra:limit=1,period=1s")])
         .build();
-    assert!(matches!(b, Err(turnstile::ConfigError::Tier(_))));
+    assert!(matches!(b, Err(turnstile::InvalidLayer::Tier(_))));
     let b = RateLimitLayer::builder()
         .policy(p("gcra:limit=1,period=1s"))
         .tier("pro", Vec::new())
         .build();
-    assert!(matches!(b, Err(turnstile::ConfigError::Tier(_))));
+    assert!(matches!(b, Err(turnstile::InvalidLayer::Tier(_))));
 }

@@ -1,5 +1,5 @@
 //! The file as serde reads it. Each value is checked on its own where it is read (so an error
-//! names its field and line); what spans several values is checked in `super`.
+//! names its field and line); what spans several values is checked in `super::validate`.
 
 use std::fmt;
 use std::net::IpAddr;

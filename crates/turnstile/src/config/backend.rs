@@ -1,0 +1,58 @@
+//! [`BackendConfig`]: the file's `[backend]` table.
+
+use std::time::Duration;
+
+use turnstile_core::FailurePolicy;
+
+/// The `[backend]` table: where rate-limit state lives. turnstile builds the in-memory
+/// backend itself ([`LayerConfig::builder`](super::LayerConfig::builder)); for Redis the application builds a
+/// `turnstile_redis::RedisBackend` from these settings (see `examples/axum_redis.rs`) and
+/// passes it to [`RateLimitLayerBuilder::backend`](crate::RateLimitLayerBuilder::backend).
+///
+/// | field | meaning | default |
+/// | --- | --- | --- |
+/// | `url` | Redis (`redis://host:port`, `rediss://` for TLS, several comma-separated for a Cluster) | none: in memory |
+/// | `prefix` | the Redis key prefix | the Redis backend's, `turnstile:v1` |
+/// | `timeout` | the Redis call timeout, a duration | the Redis backend's, `100ms` |
+/// | `failure` | `local`, `open` or `closed` ([`FailurePolicy`]) | `local` |
+/// | `max_keys` | the in-memory backend's cap on tracked keys | none |
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendConfig {
+    pub(super) url: Option<String>,
+    pub(super) prefix: Option<String>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) failure: Option<FailurePolicy>,
+    pub(super) max_keys: Option<usize>,
+}
+
+impl BackendConfig {
+    /// The Redis URL; `None` for in memory.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// The Redis key prefix, if the file sets one.
+    pub fn prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+
+    /// The Redis call timeout, if the file sets one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The failure behaviour, if the file sets one.
+    pub fn failure_setting(&self) -> Option<FailurePolicy> {
+        self.failure
+    }
+
+    /// The failure behaviour (default [`FailurePolicy::Local`]).
+    pub fn failure(&self) -> FailurePolicy {
+        self.failure.unwrap_or_default()
+    }
+
+    /// The in-memory backend's key cap, if the file sets one.
+    pub fn max_keys(&self) -> Option<usize> {
+        self.max_keys
+    }
+}

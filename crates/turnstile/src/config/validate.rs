@@ -1,0 +1,444 @@
+//! From the file's text to a [`LayerConfig`]: parsing (each value checked where serde reads
+//! it, in `raw`), then the checks that span several values (the `Validator`).
+
+use std::ops::Range;
+use std::path::Path;
+
+use toml::Spanned;
+use turnstile_core::{Policy, Unconfigured};
+
+use super::backend::BackendConfig;
+use turnstile_core::FailurePolicy;
+use super::error::ConfigFileError;
+use super::key::{ConfigKey, Part};
+use super::raw::{self, KeyPart, PolicySpec, RawAction, RawFailure, RawFile, RawForwarded};
+use super::{LayerConfig, RuleEntry};
+use crate::key::{ClientIp, ForwardedHeader, HeaderKey, KeyLogging, MissingKey, PeerIp};
+use crate::action::Action;
+use crate::error::InvalidLayer;
+use crate::layer::naming;
+use crate::rule::Rule;
+
+impl LayerConfig {
+    /// Reads and validates the configuration file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigFileError`]: the file cannot be read, is not TOML, or holds an invalid or
+    /// inconsistent setting (each named by line and field).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigFileError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigFileError::new(
+                &name,
+                "",
+                None,
+                String::new(),
+                format!("cannot read the file: {e}"),
+            )
+        })?;
+        Self::from_toml(&name, &text)
+    }
+
+    /// Validates the configuration `text`; `file` names it in errors.
+    ///
+    /// # Errors
+    /// As [`LayerConfig::from_file`].
+    pub fn from_toml(file: &str, text: &str) -> Result<Self, ConfigFileError> {
+        let err = |span: Option<Range<usize>>, field: String, message: String| {
+            ConfigFileError::new(file, text, span, field, message)
+        };
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| err(e.span(), String::new(), e.message().to_owned()))?;
+        let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = field_path(e.path());
+            let inner = e.into_inner();
+            err(inner.span(), field, inner.message().to_owned())
+        })?;
+        Validator { file, text }.validate(raw)
+    }
+}
+
+/// A place in the file: a field path and its span.
+struct Loc {
+    field: String,
+    span: Range<usize>,
+}
+
+/// A serde path as the file's fields: `rules[1].policies[0].limit`, without the span
+/// wrappers' own fields.
+fn field_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } if key.starts_with("$__serde_spanned_private") => {}
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+/// The checks that span several values.
+struct Validator<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Validator<'_> {
+    fn at(&self, loc: &Loc, message: impl Into<String>) -> ConfigFileError {
+        ConfigFileError::new(
+            self.file,
+            self.text,
+            Some(loc.span.clone()),
+            loc.field.clone(),
+            message.into(),
+        )
+    }
+
+    fn span_at<T>(
+        &self,
+        v: &Spanned<T>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> ConfigFileError {
+        self.at(
+            &Loc {
+                field: field.to_owned(),
+                span: v.span(),
+            },
+            message,
+        )
+    }
+
+    fn validate(&self, raw: RawFile) -> Result<LayerConfig, ConfigFileError> {
+        let key = self.key(&raw)?;
+        // Every policy under the name the layer gives it, with where it was written.
+        let mut named: Vec<(Policy, Loc)> = Vec::new();
+        let mut rules = Vec::with_capacity(raw.rules.len());
+        for (i, r) in raw.rules.iter().enumerate() {
+            rules.push(self.rule(i, r, &mut named)?);
+        }
+        let policies = self.name_set(None, &raw.policies, "policies", &mut named, true)?;
+        if policies.is_empty() && rules.iter().all(|r: &RuleEntry| r.named.is_empty()) {
+            return Err(ConfigFileError::new(
+                self.file,
+                self.text,
+                None,
+                String::new(),
+                "no policy applies to any request: give `policies = [...]` for every request, or `[[rules]]` with policies".to_owned(),
+            ));
+        }
+        let mut tiers = Vec::with_capacity(raw.tiers.0.len());
+        for (name, list) in &raw.tiers.0 {
+            let field = format!("tiers.{name}");
+            if turnstile_core::validate_tier_name(name).is_err() {
+                return Err(self.span_at(
+                    list,
+                    &field,
+                    format!(
+                        "tier name {name:?} is not 1 to 64 ASCII letters, digits, '-', '_' or '.'"
+                    ),
+                ));
+            }
+            if list.get_ref().is_empty() {
+                return Err(self.span_at(list, &field, "a tier needs at least one policy"));
+            }
+            let set = self.name_set(None, list.get_ref(), &field, &mut named, false)?;
+            tiers.push((name.clone(), set));
+        }
+        let action = match raw.action.as_ref().map(|a| *a.get_ref()) {
+            None | Some(RawAction::Reject) => Action::Reject,
+            Some(RawAction::Shadow) => Action::Shadow,
+            Some(RawAction::Delay(d)) => Action::delay(d.0),
+        };
+        let backend = raw
+            .backend
+            .map(|b| BackendConfig {
+                url: b.url.map(|u| u.0),
+                prefix: b.prefix.map(|p| p.0),
+                timeout: b.timeout.map(|t| t.0),
+                failure: b.failure.map(|f| match f {
+                    RawFailure::Local => FailurePolicy::Local,
+                    RawFailure::Open => FailurePolicy::Open,
+                    RawFailure::Closed => FailurePolicy::Closed,
+                }),
+                max_keys: b.max_keys.map(|m| m.0),
+            })
+            .unwrap_or_default();
+        let config = LayerConfig {
+            key: key.0,
+            trusted_proxies: key.1,
+            forwarded_header: key.2,
+            ipv6_prefix: key.3,
+            policies,
+            rules,
+            tiers,
+            cost: raw.cost.map(|c| c.0),
+            action,
+            missing_key: match raw.on_missing_key {
+                None | Some(raw::RawMissingKey::Reject) => MissingKey::Reject,
+                Some(raw::RawMissingKey::Allow) => MissingKey::Allow,
+                Some(raw::RawMissingKey::Key(k)) => MissingKey::key(k.0),
+            },
+            unconfigured: match raw.unconfigured {
+                None | Some(raw::RawUnconfigured::Defaults) => Unconfigured::Defaults,
+                Some(raw::RawUnconfigured::Deny) => Unconfigured::Deny,
+                Some(raw::RawUnconfigured::Allow) => Unconfigured::Allow,
+            },
+            key_logging: match raw.log_keys {
+                None | Some(raw::RawKeyLogging::Hashed) => KeyLogging::Hashed,
+                Some(raw::RawKeyLogging::Plain) => KeyLogging::Plain,
+                Some(raw::RawKeyLogging::Hidden) => KeyLogging::Hidden,
+            },
+            headers_on_allowed: raw.headers_on_allowed.unwrap_or(true),
+            legacy_headers: raw.legacy_headers.unwrap_or(false),
+            exempt_keys: raw.exempt_keys,
+            backend,
+        };
+        // Whatever the builder still refuses (a leaky bucket longer than the maximum wait),
+        // named by the policy or the action it concerns.
+        if let Err(e) = config.builder().build() {
+            let loc = match &e {
+                InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
+                    .iter()
+                    .find(|(p, _)| p.name() == policy)
+                    .map(|(_, loc)| loc),
+                _ => None,
+            };
+            return Err(match (loc, &raw.action) {
+                (Some(loc), _) => self.at(loc, e.to_string()),
+                (None, Some(a)) if matches!(e, InvalidLayer::DelayExceedsMaxWait { .. }) => {
+                    self.span_at(a, "action", e.to_string())
+                }
+                _ => ConfigFileError::new(self.file, self.text, None, String::new(), e.to_string()),
+            });
+        }
+        Ok(config)
+    }
+
+    /// The key and the settings of its IP sources.
+    #[allow(clippy::type_complexity)]
+    fn key(
+        &self,
+        raw: &RawFile,
+    ) -> Result<
+        (
+            ConfigKey,
+            Vec<ipnet::IpNet>,
+            Option<ForwardedHeader>,
+            Option<u8>,
+        ),
+        ConfigFileError,
+    > {
+        let parts: Vec<KeyPart> = raw
+            .key
+            .as_ref()
+            .map_or_else(|| vec![KeyPart::Ip], |k| k.get_ref().0.clone());
+        let has = |p: &KeyPart| parts.contains(p);
+        let trusted: Vec<ipnet::IpNet> = raw
+            .trusted_proxies
+            .as_ref()
+            .map(|t| t.get_ref().iter().map(|c| c.0).collect())
+            .unwrap_or_default();
+        if let Some(t) = &raw.trusted_proxies {
+            if !has(&KeyPart::ClientIp) {
+                return Err(self.span_at(
+                    t,
+                    "trusted_proxies",
+                    "trusted_proxies applies to the client-ip key only; add \"client-ip\" to `key`",
+                ));
+            }
+        }
+        let header = raw.forwarded_header.as_ref().map(|h| match h.get_ref() {
+            RawForwarded::Forwarded => ForwardedHeader::Forwarded,
+            RawForwarded::XForwardedFor => ForwardedHeader::XForwardedFor,
+            RawForwarded::XRealIp => ForwardedHeader::XRealIp,
+        });
+        if let Some(h) = &raw.forwarded_header {
+            if !has(&KeyPart::ClientIp) {
+                return Err(self.span_at(
+                    h,
+                    "forwarded_header",
+                    "forwarded_header applies to the client-ip key only; add \"client-ip\" to `key`",
+                ));
+            }
+        }
+        let prefix = raw.ipv6_prefix.as_ref().map(|p| p.get_ref().0);
+        if let Some(p) = &raw.ipv6_prefix {
+            if !has(&KeyPart::Ip) && !has(&KeyPart::ClientIp) {
+                return Err(self.span_at(
+                    p,
+                    "ipv6_prefix",
+                    "ipv6_prefix applies to the ip and client-ip keys only",
+                ));
+            }
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        for part in &parts {
+            out.push(match part {
+                KeyPart::Ip => {
+                    let k = PeerIp::new();
+                    Part::Peer(match prefix {
+                        Some(len) => k.ipv6_prefix(len).unwrap_or(k),
+                        None => k,
+                    })
+                }
+                KeyPart::ClientIp => {
+                    let mut k = ClientIp::new().trust_all(trusted.iter().copied());
+                    if let Some(h) = header {
+                        k = k.header(h);
+                    }
+                    Part::Client(match prefix {
+                        Some(len) => k.clone().ipv6_prefix(len).unwrap_or(k),
+                        None => k,
+                    })
+                }
+                KeyPart::Header(name) => Part::Header(HeaderKey::new(name.clone()), name.clone()),
+                #[cfg(feature = "axum")]
+                KeyPart::Route => Part::Route,
+                #[cfg(not(feature = "axum"))]
+                KeyPart::Route => {
+                    let k = raw.key.as_ref().map(|k| k.span()).unwrap_or(0..0);
+                    return Err(self.at(
+                        &Loc {
+                            field: "key".to_owned(),
+                            span: k,
+                        },
+                        "the route key needs turnstile's `axum` feature",
+                    ));
+                }
+                KeyPart::GrpcMethod => Part::Grpc,
+                KeyPart::Global => Part::Global,
+            });
+        }
+        Ok((ConfigKey::new(out), trusted, header, prefix))
+    }
+
+    /// One rule: its conditions, and its policies under the names the layer gives them.
+    fn rule(
+        &self,
+        i: usize,
+        spanned: &Spanned<raw::RawRule>,
+        named: &mut Vec<(Policy, Loc)>,
+    ) -> Result<RuleEntry, ConfigFileError> {
+        let field = format!("rules[{i}]");
+        let r = spanned.get_ref();
+        let fail = |message: &str| self.span_at(spanned, &field, message);
+        if r.path.is_some() && r.path_prefix.is_some() {
+            return Err(fail("give either `path` or `path_prefix`, not both"));
+        }
+        if r.grpc_service.is_some() && r.grpc_method.is_some() {
+            return Err(fail(
+                "give either `grpc_service` or `grpc_method`, not both",
+            ));
+        }
+        if r.exempt && !r.policies.is_empty() {
+            return Err(fail("an exempt rule takes no policies"));
+        }
+        if r.exempt && r.cost.is_some() {
+            return Err(fail("an exempt rule takes no cost"));
+        }
+        if !r.exempt && r.policies.is_empty() {
+            return Err(fail(
+                "the rule has no policies: give `policies = [...]`, or `exempt = true`",
+            ));
+        }
+        let mut rule = Rule::new();
+        if let Some(n) = &r.name {
+            rule = rule.name(n.clone());
+        }
+        for m in &r.methods {
+            rule = rule.method(m.0.clone());
+        }
+        if let Some(p) = &r.path {
+            rule = rule.path(p.0.clone());
+        }
+        if let Some(p) = &r.path_prefix {
+            rule = rule.path_prefix(p.0.clone());
+        }
+        if let Some(s) = &r.grpc_service {
+            rule = rule.grpc_service(s.0.clone());
+        }
+        if let Some(m) = &r.grpc_method {
+            rule = rule.grpc_method(m.0 .0.clone(), m.0 .1.clone());
+        }
+        if r.exempt {
+            rule = rule.exempt();
+        }
+        if let Some(c) = r.cost {
+            let c = c.0;
+            rule = rule.cost(move |_| c);
+        }
+        rule = rule.policies(r.policies.iter().map(|p| p.get_ref().0.clone()));
+        let set = self.name_set(
+            Some(&rule.label()),
+            &r.policies,
+            &format!("{field}.policies"),
+            named,
+            true,
+        )?;
+        Ok(RuleEntry {
+            rule,
+            cost: r.cost.map(|c| c.0),
+            named: set,
+        })
+    }
+
+    /// Names a set of policies as the layer does ([`naming`]): a rule's after `rule_label`,
+    /// the top-level ones and a tier's as given. Records each in `named` with where it was
+    /// written (`field[j]`); with `shared`, checks them against every policy named before: a
+    /// shared name is a shared counter, so the parameters must match.
+    fn name_set(
+        &self,
+        rule_label: Option<&str>,
+        specs: &[Spanned<PolicySpec>],
+        field: &str,
+        named: &mut Vec<(Policy, Loc)>,
+        shared: bool,
+    ) -> Result<Vec<Policy>, ConfigFileError> {
+        let policies: Vec<Policy> = specs.iter().map(|p| p.get_ref().0.clone()).collect();
+        let locs: Vec<Loc> = specs
+            .iter()
+            .enumerate()
+            .map(|(j, p)| Loc {
+                field: format!("{field}[{j}]"),
+                span: p.span(),
+            })
+            .collect();
+        let set = naming::name_policies(rule_label, &policies)
+            .map_err(|m| self.misnamed(&m.error, &locs[m.index], None))?;
+        named.extend(set.iter().cloned().zip(locs));
+        if shared {
+            naming::check_shared_names(named.iter().map(|(p, _)| p)).map_err(|m| {
+                let earlier = m.earlier.map(|e| &named[e].1);
+                self.misnamed(&m.error, &named[m.index].1, earlier)
+            })?;
+        }
+        Ok(set)
+    }
+
+    /// A naming problem as the file says it, at the policy concerned; for a conflict,
+    /// `earlier` is where the other policy of that name was written.
+    fn misnamed(&self, error: &InvalidLayer, loc: &Loc, earlier: Option<&Loc>) -> ConfigFileError {
+        let message = match (error, earlier) {
+            (InvalidLayer::InvalidPolicyName(name), _) => format!("the name this policy gets from its rule, {name:?}, is not a valid policy name; give the rule a shorter `name` or the policy its own"),
+            (InvalidLayer::DuplicatePolicyName(name), _) => format!(
+                "another policy of this set is named {name:?}; names must be unique within a rule, a tier or the top-level policies"
+            ),
+            (InvalidLayer::ConflictingPolicy(name), Some(other)) => format!(
+                "{} also has a policy named {name:?}, with different parameters; a shared name is a shared counter, so the parameters must match",
+                other.field
+            ),
+            (e, _) => e.to_string(),
+        };
+        self.at(loc, message)
+    }
+}
