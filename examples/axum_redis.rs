@@ -23,9 +23,9 @@ use axum::{routing::get, Router};
 use clap::Parser;
 use http::Request;
 use turnstile::config::LayerConfig;
+use turnstile::core::wrap::DenyCache;
 use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
 use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
-use turnstile::core::wrap::DenyCache;
 use turnstile_redis::RedisBackend;
 
 /// Serves `GET /` on 127.0.0.1, rate-limited through Redis.
@@ -160,7 +160,8 @@ async fn serve_config(
     let b = config.backend();
     let redis_url = b.url().unwrap_or(&args.redis_url).to_owned();
     let failure = b.failure_setting().unwrap_or(args.failure);
-    let mut redis = RedisBackend::builder(redis_url.as_str()).prefix(b.prefix().unwrap_or(&args.prefix));
+    let mut redis =
+        RedisBackend::builder(redis_url.as_str()).prefix(b.prefix().unwrap_or(&args.prefix));
     if let Some(timeout) = b.timeout() {
         redis = redis.timeout(timeout);
     }

@@ -5,11 +5,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use turnstile_core::wrap::{DenyCache, Fallback};
 use turnstile_core::{
     Algorithm, Backend, BackendError, Decision, Limits, ManualClock, MemoryBackend, Policy,
     Unconfigured,
 };
-use turnstile_core::wrap::{DenyCache, Fallback};
 use turnstile_core::{FailurePolicy, Quotas};
 use turnstile_redis::{KeyEncoding, RedisBackend};
 use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
@@ -82,7 +82,10 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
             let t = r["t_ms"].as_u64().unwrap();
             let key = r.get("key").and_then(Value::as_str).unwrap_or("");
             let cost = r.get("cost").and_then(Value::as_u64).unwrap_or(1);
-            let want = memory.check_at(key, &policies, cost, t).into_inner().unwrap();
+            let want = memory
+                .check_at(key, &policies, cost, t)
+                .into_inner()
+                .unwrap();
             let got = on_redis.check_at(key, &policies, cost, t).await.unwrap();
             assert_eq!(
                 got,
@@ -171,7 +174,10 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
                     .check_limits(key, &limits, cost, Some(t))
                     .await
                     .unwrap(),
-                memory.check_limits(key, &limits, cost, Some(t)).into_inner().unwrap(),
+                memory
+                    .check_limits(key, &limits, cost, Some(t))
+                    .into_inner()
+                    .unwrap(),
             ),
             1 => (
                 on_redis.refund(key, &limits, cost, Some(t)).await.unwrap(),
@@ -184,7 +190,10 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
                         .check_limits(key, &limits, 0, Some(t))
                         .await
                         .unwrap(),
-                    memory.check_limits(key, &limits, 0, Some(t)).into_inner().unwrap(),
+                    memory
+                        .check_limits(key, &limits, 0, Some(t))
+                        .into_inner()
+                        .unwrap(),
                 )
             }
             3 => (
@@ -322,10 +331,7 @@ async fn the_deny_cache_answers_exactly_as_redis_would() {
                 );
             }
         }
-        assert!(
-            cached.hits() > 0,
-            "set {k}: the cache was never used"
-        );
+        assert!(cached.hits() > 0, "set {k}: the cache was never used");
         cached.inner().delete_prefix().await.unwrap();
         plain.delete_prefix().await.unwrap();
     }
@@ -500,7 +506,10 @@ async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
         for key in ["", "{", "}", "a{b}c", "}{", "{}", "client-42", "%7D"] {
             for cost in [1, 1, 0, 1, 5] {
                 t += 17;
-                let want = memory.check_at(key, &policies, cost, t).into_inner().unwrap();
+                let want = memory
+                    .check_at(key, &policies, cost, t)
+                    .into_inner()
+                    .unwrap();
                 let got = on_cluster
                     .check_at(key, &policies, cost, t)
                     .await

@@ -3,7 +3,7 @@
 //! [`Backend`] checks a key (one required method); [`Quotas`] adds the operators' live-quota
 //! operations with the same signatures on every backend. Both are implemented by the
 //! in-memory backend, by `turnstile-redis`, and forwarded by the wrappers in
-//! [`wrap`](crate::wrap).
+//! `wrap`.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -89,7 +89,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
     }
 
     /// Whether the state lives in this process (the in-memory backend: `true`). A local
-    /// fallback ([`wrap::Fallback`](crate::wrap::Fallback)) never stands in for a local
+    /// fallback (`wrap::Fallback`) never stands in for a local
     /// backend: it would be one more memory store for the same failure.
     fn is_local(&self) -> bool {
         false
@@ -281,8 +281,10 @@ pub trait Quotas: Backend {
     ///
     /// # Errors
     /// As [`Quotas::config`].
-    fn clear_config(&self, key: &str)
-        -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
+    fn clear_config(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send;
 }
 
 /// Why a backend could not make a decision. Never a panic; an error changes no state.

@@ -14,7 +14,7 @@ use crate::backend::BackendError;
 /// | the request cannot be represented (`InvalidRequest`) | admitted | `503` | admitted (as `Open`) | no |
 ///
 /// Under `Local`, a failure of the fallback itself (its own key cap) is handled as `Open`.
-/// The local fallback ([`wrap::Fallback`](crate::wrap::Fallback)) limits each process on its
+/// The local fallback (`wrap::Fallback`) limits each process on its
 /// own: a fleet of N processes admits up to N times the limit while the backend is away.
 /// Every incident is logged once when it starts and once when it ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -35,9 +35,9 @@
 
 pub mod algorithm;
 mod backend;
-mod failure;
 mod clock;
 mod decision;
+mod failure;
 mod few;
 mod ip;
 mod memory;
@@ -47,9 +47,9 @@ pub mod wrap;
 
 pub use algorithm::{Evaluation, State};
 pub use backend::{Backend, BackendError, BoxError, CheckResult, Checked, Quotas};
-pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{exact_ms, Decision, PolicyDecision};
+pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};
 pub use ip::{ip_key, DEFAULT_IPV6_PREFIX};
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use policy::{

@@ -262,7 +262,11 @@ impl<C: Clock> RedisBackend<C> {
             .await
     }
 
-    pub(crate) async fn configure(&self, key: &str, args: &[&str]) -> Result<KeyConfig, BackendError> {
+    pub(crate) async fn configure(
+        &self,
+        key: &str,
+        args: &[&str],
+    ) -> Result<KeyConfig, BackendError> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
         let mut inv = inner.config_script.prepare_invoke();
@@ -313,13 +317,7 @@ impl<C: Clock> RedisBackend<C> {
         }
     }
 
-    async fn run(
-        self,
-        key: String,
-        limits: Limits,
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> CheckResult {
+    async fn run(self, key: String, limits: Limits, cost: u64, now_ms: Option<u64>) -> CheckResult {
         let inner = &*self.inner;
         let local_now = inner.clock.now_ms();
         if local_now < inner.down_until_ms.load(Ordering::Relaxed) {

@@ -215,11 +215,12 @@ impl<C> RedisBackendBuilder<C> {
     }
 }
 
-
 /// `url` without its user and password: `redis://host:port/db`.
 fn without_credentials(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+        }
         _ => url.to_owned(),
     }
 }
@@ -234,6 +235,9 @@ mod tests {
             without_credentials("redis://user:secret@10.0.0.1:6379/2"),
             "redis://10.0.0.1:6379/2"
         );
-        assert_eq!(without_credentials("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            without_credentials("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
     }
 }

@@ -47,7 +47,11 @@ impl<C: Clock> Quotas for RedisBackend<C> {
         self.configure(key, &["get"])
     }
 
-    async fn set_override(&self, key: &str, policies: &[Policy]) -> Result<KeyConfig, BackendError> {
+    async fn set_override(
+        &self,
+        key: &str,
+        policies: &[Policy],
+    ) -> Result<KeyConfig, BackendError> {
         turnstile_core::validate_policy_set(policies)
             .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
         self.configure(key, &["set", "o", &encode_override(policies)?])

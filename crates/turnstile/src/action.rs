@@ -56,7 +56,10 @@ pub(crate) fn check_action(rules: &[CompiledRule], action: Action) -> Result<(),
     Ok(())
 }
 
-pub(crate) fn check_action_policies(policies: &[Policy], action: Action) -> Result<(), InvalidLayer> {
+pub(crate) fn check_action_policies(
+    policies: &[Policy],
+    action: Action,
+) -> Result<(), InvalidLayer> {
     if let Action::Delay { max_wait } = action {
         for p in policies {
             if p.algorithm() == Algorithm::LeakyBucket {
@@ -73,4 +76,3 @@ pub(crate) fn check_action_policies(policies: &[Policy], action: Action) -> Resu
     }
     Ok(())
 }
-

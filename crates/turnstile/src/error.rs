@@ -76,4 +76,3 @@ impl fmt::Display for InvalidLayer {
 }
 
 impl std::error::Error for InvalidLayer {}
-

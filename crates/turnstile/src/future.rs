@@ -301,10 +301,9 @@ where
                         Some(limits) => {
                             *this.span = check_span(settings, rule, this.key, *this.cost);
                             *this.started = measure(this.span);
-                            let check =
-                                config
-                                    .backend
-                                    .check_limits(this.key, limits, *this.cost, None);
+                            let check = config
+                                .backend
+                                .check_limits(this.key, limits, *this.cost, None);
                             State::Checking { check }
                         }
                         None => State::Admitted { headers: None },

@@ -54,10 +54,11 @@
 //!
 //! The algorithms, policies and backends come from [`turnstile_core`], re-exported here.
 
+mod action;
 mod body;
+mod builder;
 #[cfg(feature = "config")]
 pub mod config;
-mod action;
 mod decide;
 mod error;
 mod future;
@@ -66,6 +67,7 @@ pub mod headers;
 pub mod key;
 mod layer;
 pub mod metrics;
+mod naming;
 mod response;
 mod rule;
 mod service;
@@ -76,12 +78,13 @@ mod trace;
 #[cfg(feature = "redis")]
 pub use turnstile_redis as redis;
 
+pub use action::Action;
 pub use body::ResponseBody;
+pub use builder::RateLimitLayerBuilder;
+pub use error::InvalidLayer;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
-pub use action::Action;
-pub use error::InvalidLayer;
-pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::RateLimitLayer;
 pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;
 pub use service::RateLimit;

@@ -69,4 +69,3 @@ pub(crate) fn finish_span(span: &Span, outcome: &'static str, decision: &Decisio
         tracing::trace!(target: "turnstile", parent: span, outcome, "rate limit: request admitted");
     }
 }
-

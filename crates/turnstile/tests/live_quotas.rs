@@ -82,10 +82,7 @@ async fn tiers_and_overrides_take_effect_on_the_next_request() {
 
     // An override beats the tier, in both directions.
     backend
-        .set_override(
-            "free-user",
-            &[p("fixed-window:limit=7,period=1h,name=api")],
-        )
+        .set_override("free-user", &[p("fixed-window:limit=7,period=1h,name=api")])
         .await
         .unwrap();
     let (s, res) = send(&mut svc, "free-user", 3).await;

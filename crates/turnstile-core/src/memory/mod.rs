@@ -19,8 +19,7 @@ use crate::decision::{Decision, PolicyDecision};
 use crate::few::Few;
 use crate::policy::Policy;
 use crate::quota::{
-    resolve_which, validate_policy_set, Applied, KeyConfig, Limits, Tier,
-    Unconfigured, Which,
+    resolve_which, validate_policy_set, Applied, KeyConfig, Limits, Tier, Unconfigured, Which,
 };
 
 /// How long a key's version is kept when it has no other configuration: a day, as in Redis.
@@ -567,7 +566,10 @@ mod tests {
     /// The output of a future that is ready at once (every in-memory operation).
     fn now<F: Future>(f: F) -> F::Output {
         let mut f = std::pin::pin!(f);
-        match f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        match f
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        {
             std::task::Poll::Ready(v) => v,
             std::task::Poll::Pending => unreachable!("in-memory operations are ready at once"),
         }
@@ -584,7 +586,9 @@ mod tests {
         let b = MemoryBackend::builder().shards(1).build();
         let pol = [p("fixed-window:limit=5,period=1s")];
         for i in 0..100 {
-            b.check_at(&format!("k{i}"), &pol, 1, 0).into_inner().unwrap();
+            b.check_at(&format!("k{i}"), &pol, 1, 0)
+                .into_inner()
+                .unwrap();
         }
         assert_eq!(b.len(), 100);
         // A day later, traffic on one key sweeps the idle ones a few at a time.
@@ -627,12 +631,23 @@ mod tests {
         let small = p("token-bucket:limit=1,period=1m,name=x");
         let big = p("token-bucket:limit=5,period=1m,name=x");
         assert!(b
-            .check_at("k", std::slice::from_ref(&small), 1, 0).into_inner()
+            .check_at("k", std::slice::from_ref(&small), 1, 0)
+            .into_inner()
             .unwrap()
             .allowed());
-        assert!(!b.check_at("k", &[small], 1, 0).into_inner().unwrap().allowed());
+        assert!(!b
+            .check_at("k", &[small], 1, 0)
+            .into_inner()
+            .unwrap()
+            .allowed());
         // One unit in use carries over to the bigger bucket: 5 − 1 − 1 left.
-        assert_eq!(b.check_at("k", &[big], 1, 0).into_inner().unwrap().remaining(), 3);
+        assert_eq!(
+            b.check_at("k", &[big], 1, 0)
+                .into_inner()
+                .unwrap()
+                .remaining(),
+            3
+        );
     }
 
     #[test]
@@ -642,11 +657,17 @@ mod tests {
             .unwrap()
             .with_tier("pro", [p("fixed-window:limit=5,period=1h,name=api")])
             .unwrap();
-        let d = b.check_limits("free", &limits, 1, Some(0)).into_inner().unwrap();
+        let d = b
+            .check_limits("free", &limits, 1, Some(0))
+            .into_inner()
+            .unwrap();
         assert_eq!((d.applied(), d.remaining()), (&Applied::Defaults, 1));
 
         let v1 = now(b.set_tier("paying", Some("pro"))).unwrap().version();
-        let d = b.check_limits("paying", &limits, 1, Some(0)).into_inner().unwrap();
+        let d = b
+            .check_limits("paying", &limits, 1, Some(0))
+            .into_inner()
+            .unwrap();
         assert_eq!(d.applied(), &Applied::Tier(Arc::from("pro")));
         assert_eq!((d.remaining(), d.version()), (4, v1));
 
@@ -655,12 +676,16 @@ mod tests {
             .unwrap()
             .version();
         assert!(v2 > v1);
-        let d = b.check_limits("paying", &limits, 1, Some(0)).into_inner().unwrap();
+        let d = b
+            .check_limits("paying", &limits, 1, Some(0))
+            .into_inner()
+            .unwrap();
         assert_eq!((d.applied(), d.remaining()), (&Applied::Override, 1));
         assert_eq!(now(b.config("paying")).unwrap().tier(), Some("pro"));
         now(b.remove_override("paying")).unwrap();
         assert_eq!(
-            b.check_limits("paying", &limits, 0, Some(0)).into_inner()
+            b.check_limits("paying", &limits, 0, Some(0))
+                .into_inner()
                 .unwrap()
                 .applied(),
             &Applied::Tier(Arc::from("pro"))
@@ -669,11 +694,17 @@ mod tests {
         // An unknown tier is no configuration.
         now(b.set_tier("odd", Some("gold"))).unwrap().version();
         let deny = limits.clone().when_unconfigured(Unconfigured::Deny);
-        let d = b.check_limits("odd", &deny, 1, Some(0)).into_inner().unwrap();
+        let d = b
+            .check_limits("odd", &deny, 1, Some(0))
+            .into_inner()
+            .unwrap();
         assert!(!d.allowed());
         assert_eq!((d.applied(), d.retry_after()), (&Applied::Denied, None));
         let allow = limits.when_unconfigured(Unconfigured::Allow);
-        let d = b.check_limits("odd", &allow, 1_000_000, Some(0)).into_inner().unwrap();
+        let d = b
+            .check_limits("odd", &allow, 1_000_000, Some(0))
+            .into_inner()
+            .unwrap();
         assert!(d.allowed());
         assert_eq!(d.applied(), &Applied::Unlimited);
         // Configured keys never expire; unconfigured ones do.
@@ -690,15 +721,25 @@ mod tests {
         ])
         .unwrap();
         for _ in 0..4 {
-            assert!(b.check_limits("k", &limits, 1, Some(0)).into_inner().unwrap().allowed());
+            assert!(b
+                .check_limits("k", &limits, 1, Some(0))
+                .into_inner()
+                .unwrap()
+                .allowed());
         }
-        assert!(!b.check_limits("k", &limits, 1, Some(0)).into_inner().unwrap().allowed());
+        assert!(!b
+            .check_limits("k", &limits, 1, Some(0))
+            .into_inner()
+            .unwrap()
+            .allowed());
         let d = now(b.refund("k", &limits, 2, Some(0))).unwrap();
         assert_eq!((d.remaining(), d.version()), (2, 1));
         // Never beyond a fresh key's capacity.
         let d = now(b.refund("k", &limits, 100, Some(0))).unwrap();
         assert_eq!(d.remaining(), 4);
-        b.check_limits("k", &limits, 3, Some(0)).into_inner().unwrap();
+        b.check_limits("k", &limits, 3, Some(0))
+            .into_inner()
+            .unwrap();
         let d = now(b.reset("k", &limits, Some(0))).unwrap();
         assert_eq!((d.remaining(), d.version()), (4, 3));
         // A version alone is kept a day, then the key is forgotten.
@@ -716,7 +757,11 @@ mod tests {
                 for _ in 0..8 {
                     s.spawn(|| {
                         for _ in 0..50 {
-                            if b.check_at("k", &pol, 1, 1_000).into_inner().unwrap().allowed() {
+                            if b.check_at("k", &pol, 1, 1_000)
+                                .into_inner()
+                                .unwrap()
+                                .allowed()
+                            {
                                 admitted.fetch_add(1, Ordering::Relaxed);
                             }
                         }

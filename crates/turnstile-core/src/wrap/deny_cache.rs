@@ -124,13 +124,7 @@ impl Cache {
 
     /// A cached denial of `key` for a request of `cost` at `now_ns`, with its durations
     /// counted from the reply it came in.
-    fn lookup(
-        &self,
-        key: &str,
-        limits: u64,
-        cost: u64,
-        now_ns: u128,
-    ) -> Option<Decision> {
+    fn lookup(&self, key: &str, limits: u64, cost: u64, now_ns: u128) -> Option<Decision> {
         let shard = self
             .shard(key)
             .lock()
@@ -349,8 +343,14 @@ impl Learn {
             self.cache.invalidate(&self.key);
         } else {
             let reply_ns = self.cache.now_ns(self.now_ms);
-            self.cache
-                .insert(&self.key, self.fp, self.cost, self.sent_ns, reply_ns, decision);
+            self.cache.insert(
+                &self.key,
+                self.fp,
+                self.cost,
+                self.sent_ns,
+                reply_ns,
+                decision,
+            );
         }
     }
 }

@@ -171,8 +171,7 @@ impl<C: Clock> Retry<C> {
         let s = &*self.shared;
         let error = match result {
             Ok(decision) => {
-                if s.incident.load(Ordering::Relaxed) && s.incident.swap(false, Ordering::Relaxed)
-                {
+                if s.incident.load(Ordering::Relaxed) && s.incident.swap(false, Ordering::Relaxed) {
                     tracing::info!("rate-limit backend answers again; the local fallback stops");
                 }
                 return Ok(decision);

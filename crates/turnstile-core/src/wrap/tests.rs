@@ -161,10 +161,14 @@ fn deny_cache_answers_as_the_backend_and_forgets_on_give_back() {
     }
     assert!(cached.hits() > 0);
     // A refund through the wrapper reaches the cache at once.
-    assert!(!now(cached.check_limits("k", &l, 1, Some(1001))).unwrap().allowed());
+    assert!(!now(cached.check_limits("k", &l, 1, Some(1001)))
+        .unwrap()
+        .allowed());
     let hits = cached.hits();
     now(cached.refund("k", &l, 1, Some(1001))).unwrap();
-    assert!(now(cached.check_limits("k", &l, 1, Some(1001))).unwrap().allowed());
+    assert!(now(cached.check_limits("k", &l, 1, Some(1001)))
+        .unwrap()
+        .allowed());
     assert_eq!(cached.hits(), hits);
 }
 
@@ -174,12 +178,18 @@ fn deny_cache_spares_the_backend_a_flood() {
     let remote = Flaky::new(&clock, unreachable_redis);
     let cached = DenyCache::new(remote.clone());
     let l = limits("fixed-window:limit=1,period=1m");
-    assert!(now(cached.check_limits("k", &l, 1, None)).unwrap().allowed());
-    assert!(!now(cached.check_limits("k", &l, 1, None)).unwrap().allowed());
+    assert!(now(cached.check_limits("k", &l, 1, None))
+        .unwrap()
+        .allowed());
+    assert!(!now(cached.check_limits("k", &l, 1, None))
+        .unwrap()
+        .allowed());
     // Redis down: the cached denial still answers, so the flood never asks.
     remote.down.store(true, Ordering::Relaxed);
     for _ in 0..100 {
-        assert!(!now(cached.check_limits("k", &l, 1, None)).unwrap().allowed());
+        assert!(!now(cached.check_limits("k", &l, 1, None))
+            .unwrap()
+            .allowed());
     }
     assert_eq!(cached.hits(), 100);
 }

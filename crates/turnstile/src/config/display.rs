@@ -7,8 +7,8 @@ use turnstile_core::{format_duration_ms, Unconfigured};
 
 use super::key::Part;
 use super::LayerConfig;
-use crate::key::{KeyLogging, MissingKey};
 use crate::action::Action;
+use crate::key::{KeyLogging, MissingKey};
 
 impl fmt::Display for LayerConfig {
     /// The effective configuration, as `turnstile check-config` prints it.

@@ -64,11 +64,12 @@ pub use backend::BackendConfig;
 pub use error::ConfigFileError;
 pub use key::ConfigKey;
 
-use crate::key::{ForwardedHeader, KeyLogging, MissingKey};
 use crate::action::Action;
-use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
-use turnstile_core::FailurePolicy;
+use crate::builder::RateLimitLayerBuilder;
+use crate::key::{ForwardedHeader, KeyLogging, MissingKey};
+use crate::layer::RateLimitLayer;
 use crate::rule::Rule;
+use turnstile_core::FailurePolicy;
 
 /// One rule of the file, validated.
 #[derive(Clone, Debug)]

@@ -8,16 +8,16 @@ use toml::Spanned;
 use turnstile_core::{Policy, Unconfigured};
 
 use super::backend::BackendConfig;
-use turnstile_core::FailurePolicy;
 use super::error::ConfigFileError;
 use super::key::{ConfigKey, Part};
 use super::raw::{self, KeyPart, PolicySpec, RawAction, RawFailure, RawFile, RawForwarded};
 use super::{LayerConfig, RuleEntry};
-use crate::key::{ClientIp, ForwardedHeader, HeaderKey, KeyLogging, MissingKey, PeerIp};
 use crate::action::Action;
 use crate::error::InvalidLayer;
-use crate::layer::naming;
+use crate::key::{ClientIp, ForwardedHeader, HeaderKey, KeyLogging, MissingKey, PeerIp};
+use crate::naming;
 use crate::rule::Rule;
+use turnstile_core::FailurePolicy;
 
 impl LayerConfig {
     /// Reads and validates the configuration file at `path`.
