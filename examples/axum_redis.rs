@@ -23,8 +23,8 @@ use axum::{routing::get, Router};
 use clap::Parser;
 use http::Request;
 use turnstile::config::LayerConfig;
-use turnstile::core::wrap::DenyCache;
 use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
+use turnstile::wrap::DenyCache;
 use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
 use turnstile_redis::RedisBackend;
 
@@ -72,7 +72,7 @@ fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
 }
 
 fn parse_period(s: &str) -> Result<Duration, String> {
-    turnstile::core::parse_duration(s).map_err(|e| e.to_string())
+    turnstile::turnstile_core::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// `ip` or `header:NAME`.

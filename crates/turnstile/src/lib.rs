@@ -43,6 +43,8 @@
 //!   through the `metrics` facade; [`metrics`] lists every name and label.
 //! - `config`: layers from a TOML file (`config::LayerConfig`; `turnstile check-config`
 //!   validates one).
+//! - `redis`: the Redis backend, `turnstile::redis` (the `turnstile-redis` crate): one limit
+//!   for a fleet.
 //! - `full`: all of the above.
 //!
 //! # Tracing
@@ -52,7 +54,12 @@
 //! backend's latency (`backend_us`). With no subscriber interested it costs a level check.
 //! Backend incidents are warned once per incident.
 //!
-//! The algorithms, policies and backends come from [`turnstile_core`], re-exported here.
+//! The algorithms, policies and backends come from [`turnstile_core`], re-exported here under
+//! its own name with its key types at the root; its backend wrappers are [`wrap`]
+//! ([`wrap::DenyCache`] in front of a remote backend repeats its denials locally).
+
+#[doc(no_inline)]
+pub use turnstile_core;
 
 mod action;
 mod body;
@@ -89,8 +96,9 @@ pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;
 pub use service::RateLimit;
 
+pub use turnstile_core::wrap;
 pub use turnstile_core::{
-    self as core, Algorithm, Applied, Backend, BackendError, Clock, Decision, FailurePolicy,
-    InvalidPolicy, KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas,
-    SystemClock, Unconfigured,
+    Algorithm, Applied, Backend, BackendError, Clock, Decision, FailurePolicy, InvalidPolicy,
+    KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas, SystemClock,
+    Unconfigured,
 };
