@@ -69,7 +69,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(url) => {
             let redis = RedisBackend::builder(url.as_str()).build()?;
             println!("rate-limit state in Redis at {url}");
-            serve(layer.backend(redis).build()?, args.port, &summary).await
+            serve(
+                layer.backend(DenyCache::new(redis)).build()?,
+                args.port,
+                &summary,
+            )
+            .await
         }
         None => serve(layer.build()?, args.port, &summary).await,
     }

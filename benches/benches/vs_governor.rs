@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{Quota, RateLimiter};
-use turnstile_core::{Algorithm, Clock as _, MemoryBackend, Policy, SystemClock};
+use turnstile_core::{Algorithm, Backend, Clock as _, MemoryBackend, Policy, SystemClock};
 
 /// Distinct keys in the "10k keys" runs.
 const KEYS: usize = 10_000;
@@ -207,13 +207,13 @@ fn main() {
                 (
                     "tb",
                     Box::new(|k: &str, _: &String| {
-                        black_box(t_tb.decide(k, &tb, 1).ok());
+                        black_box(t_tb.check(k, &tb, 1).into_inner().ok());
                     }),
                 ),
                 (
                     "gcra",
                     Box::new(|k: &str, _: &String| {
-                        black_box(t_gcra.decide(k, &gcra, 1).ok());
+                        black_box(t_gcra.check(k, &gcra, 1).into_inner().ok());
                     }),
                 ),
                 (
@@ -300,7 +300,7 @@ fn main() {
     }
     // Sanity: the quotas really admit everything at these rates.
     let b = MemoryBackend::new();
-    assert!((0..100_000).all(|_| b.decide("k", &tb, 1).is_ok_and(|d| d.allowed())));
+    assert!((0..100_000).all(|_| b.check("k", &tb, 1).into_inner().is_ok_and(|d| d.allowed())));
     let g = RateLimiter::direct(quota);
     assert!((0..100_000).all(|_| g.check().is_ok()));
 }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use turnstile::wrap::DenyCache;
 use turnstile::{Policy, RateLimitLayer};
 use turnstile_redis::RedisBackend;
 use turnstile_tests::redis_server::TestRedis;
@@ -41,7 +42,7 @@ async fn two_servers_on_one_redis_share_one_limit() {
             .prefix(prefix.as_str())
             .build()
             .unwrap();
-        let layer = RateLimitLayer::new(policy.clone()).backend(backend);
+        let layer = RateLimitLayer::new(policy.clone()).backend(DenyCache::new(backend));
         addrs.push(
             serve(
                 Router::new()

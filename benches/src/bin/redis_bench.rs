@@ -12,8 +12,8 @@
 //! and denied, the server's counts of `EVALSHA` and `PING` calls over the measured part
 //! (`INFO commandstats` before and after, on a connection of its own) and the backend's own
 //! count of Redis calls. Errors are not hidden: the backend
-//! runs with `OnFailure::ReturnError` (a local fallback would decide in memory and inflate
-//! the rate), and any error fails the run.
+//! has no local fallback (it would decide in memory and inflate the rate), and any error
+//! fails the run.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -21,8 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use turnstile_core::wrap::DenyCache;
+use turnstile_core::Limits;
 use turnstile_core::{Backend, Policy};
-use turnstile_redis::{redis, OnFailure, RedisBackend, CHECK_SCRIPT};
+use turnstile_redis::{redis, RedisBackend, CHECK_SCRIPT};
 
 /// Loads Redis through turnstile's `RedisBackend`.
 #[derive(Parser, Debug)]
@@ -42,7 +44,7 @@ enum Command {
 /// Whether the backend's local deny cache is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Switch {
-    /// The backend's default deny cache (`RedisBackendBuilder::deny_cache`, 1 s cap).
+    /// The deny cache in front of Redis (`DenyCache::new`, 1 s cap), as the examples use it.
     On,
     /// No deny cache: every check is one Redis call.
     Off,
@@ -110,7 +112,6 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     // The default prefix and hashed keys: the key names redis-benchmark is given have the
     // same shape and length.
     let mut builder = RedisBackend::builder(run.url.clone())
-        .on_failure(OnFailure::ReturnError)
         // Long enough that a loaded single core never times a call out.
         .timeout(Duration::from_secs(10));
     match run.pool {
@@ -118,12 +119,10 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => builder = builder.pool_size(n),
         None => builder = builder.pool_size(run.concurrency.max(1)),
     }
-    builder = match run.deny_cache {
-        // The backend's default: on, capped at DEFAULT_DENY_CACHE_MAX.
-        Switch::On => builder,
-        Switch::Off => builder.deny_cache(None),
-    };
     let backend = builder.build()?;
+    // The deny cache as the examples use it: `DenyCache::new`, capped at 1 s.
+    let cached = DenyCache::new(backend.clone());
+    let limits = Limits::new(policies.iter().cloned())?;
     let keys: Arc<[String]> = if run.flood {
         Arc::from(["flood".to_owned()])
     } else {
@@ -133,26 +132,28 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Warm-up: connections opened, the script loaded, keys written.
-    phase(
-        &backend,
-        &policies,
-        &keys,
-        run.concurrency,
-        Duration::from_millis(500),
-    )
-    .await?;
+    let run_phase = |dur: Duration| {
+        let (backend, cached, limits, keys) = (
+            backend.clone(),
+            cached.clone(),
+            limits.clone(),
+            Arc::clone(&keys),
+        );
+        let (cache, concurrency) = (run.deny_cache, run.concurrency);
+        async move {
+            match cache {
+                Switch::On => phase(&cached, &limits, &keys, concurrency, dur).await,
+                Switch::Off => phase(&backend, &limits, &keys, concurrency, dur).await,
+            }
+        }
+    };
+    run_phase(Duration::from_millis(500)).await?;
     let info = InfoConn::open(&run.url).await?;
     let stats_before = info.calls().await?;
     let before = backend.stats();
+    let hits_before = cached.hits();
     let t0 = Instant::now();
-    let tallies = phase(
-        &backend,
-        &policies,
-        &keys,
-        run.concurrency,
-        Duration::from_millis(run.duration_ms),
-    )
-    .await?;
+    let tallies = run_phase(Duration::from_millis(run.duration_ms)).await?;
     let secs = t0.elapsed().as_secs_f64();
     let after = backend.stats();
     let stats_after = info.calls().await?;
@@ -186,8 +187,8 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
         n as f64 / secs,
         pct(0.50),
         pct(0.99),
-        after.deny_cache_hits - before.deny_cache_hits,
-        after.fallback_decisions - before.fallback_decisions,
+        cached.hits() - hits_before,
+        0,
     );
     Ok(())
 }
@@ -220,9 +221,9 @@ impl InfoConn {
 }
 
 /// Runs `concurrency` tasks for `dur`, each checking one request at a time, walking `keys`.
-async fn phase(
-    backend: &RedisBackend,
-    policies: &Arc<[Policy]>,
+async fn phase<B: Backend>(
+    backend: &B,
+    limits: &Limits,
     keys: &Arc<[String]>,
     concurrency: usize,
     dur: Duration,
@@ -230,7 +231,7 @@ async fn phase(
     let deadline = Instant::now() + dur;
     let mut tasks = Vec::new();
     for t in 0..concurrency.max(1) {
-        let (backend, policies, keys) = (backend.clone(), Arc::clone(policies), Arc::clone(keys));
+        let (backend, limits, keys) = (backend.clone(), limits.clone(), Arc::clone(keys));
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let mut i = t.wrapping_mul(7919);
@@ -241,7 +242,7 @@ async fn phase(
                 }
                 let key = &keys[i % keys.len()];
                 i = i.wrapping_add(1);
-                let d = backend.check(key, &policies, 1).await?;
+                let d = backend.check_limits(key, &limits, 1, None).await?;
                 tally
                     .latencies_ns
                     .push(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
