@@ -42,6 +42,7 @@ mod ip;
 mod memory;
 mod policy;
 mod quota;
+pub mod round;
 
 pub use algorithm::{Evaluation, State};
 pub use backend::{Backend, BackendError, BoxError};
