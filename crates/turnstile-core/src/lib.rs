@@ -40,6 +40,7 @@ mod decision;
 mod few;
 mod ip;
 mod memory;
+pub mod metric_names;
 mod policy;
 mod quota;
 pub mod round;
