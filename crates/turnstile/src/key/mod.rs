@@ -14,6 +14,12 @@
 //! | [`GlobalKey`] | one key for every request: `global` |
 //! | [`KeyFn`] | whatever your closure returns ([`key_fn`]) |
 //! | `(A, B)`, `(A, B, C)` | the parts joined by `|` (a `|` or `%` inside a part is percent-encoded) |
+//!
+// Without the `axum` feature there is no `Route` here to link to: link to the full docs.
+#![cfg_attr(
+    not(feature = "axum"),
+    doc = "[`Route`]: https://docs.rs/turnstile/latest/turnstile/key/struct.Route.html"
+)]
 
 use std::borrow::Cow;
 use std::fmt;
