@@ -33,6 +33,9 @@
 //!
 //! [turnstile]: https://docs.rs/turnstile
 
+// On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod algorithm;
 mod backend;
 mod clock;

@@ -54,8 +54,12 @@
 //!
 //! The algorithms, policies and backends come from [`turnstile_core`], re-exported here.
 
+// On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod body;
 #[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 mod future;
 mod grpc;
@@ -69,6 +73,7 @@ mod service;
 
 /// The Redis backend (feature `redis`): the `turnstile-redis` crate.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use turnstile_redis as redis;
 
 pub use body::ResponseBody;

@@ -72,6 +72,7 @@ pub use turnstile_core::metric_names::{
 /// Registers the description and unit of every metric above with the installed recorder
 /// (exporters show them as `# HELP` lines). Call it once, after installing the recorder.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe() {
     use ::metrics::Unit;
     ::metrics::describe_counter!(

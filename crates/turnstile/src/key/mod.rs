@@ -303,6 +303,7 @@ impl KeyExtractor for HeaderKey {
 /// so every route has its own quota shared by all clients. Combine it with an IP key,
 /// `(Route, PeerIp::new())`, for a per-route, per-client quota.
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Route;
 
