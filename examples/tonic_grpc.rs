@@ -20,6 +20,7 @@ use clap::Parser;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use turnstile::key::{GrpcMethod, PeerIp};
+use turnstile::wrap::DenyCache;
 use turnstile::{Algorithm, Backend, Policy, RateLimitLayer};
 use turnstile_redis::RedisBackend;
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use turnstile_core::round::ceil_ms;
 use turnstile_core::{Algorithm, Backend, Decision, MemoryBackend, Policy, PolicyDecision};
 
 /// The workspace root (this crate lives in `<root>/tests`).
@@ -44,10 +45,6 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn ceil_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).expect("a duration below 2^64 ms")
 }
 
 fn u64_field(obj: &Map<String, Value>, name: &str) -> Result<Option<u64>, String> {

@@ -10,7 +10,7 @@ use turnstile_core::{parse_duration, Algorithm, Policy, MAX_PERIOD_MS};
 
 use crate::access_log::DEFAULT_REORDER_WINDOW_MS;
 use crate::backend::BackendKind;
-use crate::simulate::Candidate;
+use crate::candidate::Candidate;
 
 /// Exact rate limiting: replay traffic against rate-limit policies.
 #[derive(Debug, Parser)]

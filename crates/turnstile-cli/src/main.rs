@@ -6,6 +6,7 @@
 
 mod access_log;
 mod backend;
+mod candidate;
 mod check_config;
 mod cli;
 mod plot;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use turnstile_core::round::ceil_ms;
 use turnstile_core::{Decision, KeyConfig, Limits, Policy, Quotas};
 use turnstile_redis::{KeyEncoding, RedisBackend};
 
@@ -242,10 +243,6 @@ async fn limits_for(redis: &RedisBackend, key: &str, app: AppPolicies) -> Result
     Ok(limits)
 }
 
-fn ms(d: Duration) -> u128 {
-    d.as_nanos().div_ceil(1_000_000)
-}
-
 fn decision_json(key: &str, d: &Decision) -> Value {
     let tier = match d.applied() {
         turnstile_core::Applied::Tier(t) => Value::from(&**t),
@@ -259,7 +256,7 @@ fn decision_json(key: &str, d: &Decision) -> Value {
                 "name": p.name(),
                 "policy": p.policy().to_string(),
                 "remaining": p.remaining(),
-                "reset_after_ms": ms(p.reset_after()),
+                "reset_after_ms": ceil_ms(p.reset_after()),
             })
         })
         .collect();
@@ -269,7 +266,7 @@ fn decision_json(key: &str, d: &Decision) -> Value {
         "tier": tier,
         "version": d.version(),
         "remaining": d.remaining(),
-        "reset_after_ms": ms(d.reset_after()),
+        "reset_after_ms": ceil_ms(d.reset_after()),
         "policies": policies,
     })
 }

@@ -5,12 +5,13 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use turnstile_core::{Decision, Policy};
+use turnstile_core::round::ceil_ms;
+use turnstile_core::Decision;
 
 use crate::access_log::AccessLogReader;
 use crate::backend;
+use crate::candidate::Candidate;
 use crate::cli::{InputFormat, SimulateArgs};
 use crate::plot::{PlotData, TimeAxis};
 use crate::summary::Summary;
@@ -18,31 +19,6 @@ use crate::trace::{Buffered, Request, TraceError, TraceReader};
 
 /// Exit code for bad input data (a malformed trace, an unreadable file, a backend failure).
 const EXIT_DATA: u8 = 1;
-
-/// One set of policies the trace is replayed against, on its own fresh backend.
-#[derive(Clone, Debug)]
-pub(crate) struct Candidate {
-    /// The name `--compare` gives it (the policy's name), printed as the `policy` field of
-    /// every output line and heading its summary column; `None` without `--compare`.
-    pub(crate) name: Option<String>,
-    /// Its policies, checked all-or-nothing on every request.
-    pub(crate) policies: Vec<Policy>,
-}
-
-impl Candidate {
-    /// How the candidate is titled in a plot: its name, or its policies' names joined.
-    fn title(&self) -> String {
-        match &self.name {
-            Some(name) => name.clone(),
-            None => self
-                .policies
-                .iter()
-                .map(Policy::name)
-                .collect::<Vec<_>>()
-                .join(" + "),
-        }
-    }
-}
 
 /// Runs the simulation the arguments describe against every candidate; prints decisions (or
 /// the summary) on stdout, writes the plot, and prints any problem on stderr.
@@ -310,12 +286,6 @@ fn write_decision(
     out.write_all(b"}\n")
 }
 
-/// A duration rounded up to whole milliseconds. The core's durations are exact values
-/// rounded up to whole nanoseconds, so this is the exact value rounded up.
-pub(crate) fn ceil_ms(d: Duration) -> u128 {
-    d.as_nanos().div_ceil(1_000_000)
-}
-
 /// `s` as a JSON string literal.
 fn json_string(s: &str) -> String {
     // Serializing a str cannot fail.
@@ -325,14 +295,6 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ceil_ms_rounds_up() {
-        assert_eq!(ceil_ms(Duration::ZERO), 0);
-        assert_eq!(ceil_ms(Duration::from_nanos(1)), 1);
-        assert_eq!(ceil_ms(Duration::from_nanos(333_333_334)), 334);
-        assert_eq!(ceil_ms(Duration::from_millis(250)), 250);
-    }
 
     #[test]
     fn keys_are_escaped() {

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
+use turnstile_core::round::ceil_ms;
 use turnstile_core::Decision;
 
-use crate::simulate::ceil_ms;
 use crate::trace::Request;
 
 /// Counts for one key (or for all keys).
@@ -16,7 +16,7 @@ struct Counts {
     admitted: u64,
     denied: u64,
     /// Longest finite `retry_after` of a denied request, in ms (rounded up).
-    longest_retry_ms: Option<u128>,
+    longest_retry_ms: Option<u64>,
     /// Denied requests no wait could help (cost above capacity).
     never: u64,
 }

@@ -33,6 +33,9 @@
 //!
 //! [turnstile]: https://docs.rs/turnstile
 
+// On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod algorithm;
 mod backend;
 mod clock;
@@ -41,8 +44,10 @@ mod failure;
 mod few;
 mod ip;
 mod memory;
+pub mod metric_names;
 mod policy;
 mod quota;
+pub mod round;
 pub mod wrap;
 
 pub use algorithm::{Evaluation, State};

@@ -13,12 +13,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::sample::select;
 use turnstile_core::algorithm::{check, evaluate};
+use turnstile_core::round::ceil_ms;
 use turnstile_core::{Algorithm, Backend, Decision, MemoryBackend, Policy, PolicyDecision, State};
-
-/// The exact duration rounded up to whole ms (the core rounds up to ns; ceil again is exact).
-fn ceil_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).expect("small durations")
-}
 
 fn policy(algorithm: Algorithm, limit: u64, period_ms: u64, burst: Option<u64>) -> Policy {
     let burst = burst.filter(|_| algorithm.is_bucket());

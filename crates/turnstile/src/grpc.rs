@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
+use turnstile_core::round::ceil_ms;
 use turnstile_core::Decision;
 
 /// gRPC status codes turnstile answers with.
@@ -23,8 +24,7 @@ pub(crate) enum Code {
 
 /// The retry delay a `RetryInfo` carries: `retry_after` rounded up to whole milliseconds.
 pub(crate) fn retry_delay(d: Duration) -> Duration {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    Duration::from_millis(ceil_ms(d))
 }
 
 /// One `QuotaFailure` violation per denying policy: (subject = policy name, description).

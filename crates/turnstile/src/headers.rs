@@ -16,9 +16,9 @@
 //! policy (the one with the smallest `remaining`), `Reset` as delta seconds rounded up.
 
 use std::fmt::Write;
-use std::time::Duration;
 
 use http::HeaderValue;
+use turnstile_core::round::ceil_secs;
 use turnstile_core::{Applied, Decision, Policy};
 
 /// The `RateLimit-Policy` header field name (lower case, as HTTP/2 requires).
@@ -36,16 +36,6 @@ pub const X_RATELIMIT_REMAINING: http::HeaderName =
 
 /// The legacy `X-RateLimit-Reset` header field name (delta seconds).
 pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
-
-/// Whole seconds, rounded up: never earlier than the real wait.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-/// The `Retry-After` delta-seconds of a denial: rounded up, at least 1.
-pub(crate) fn retry_after_secs(d: Duration) -> u64 {
-    ceil_secs(d).max(1)
-}
 
 /// The `RateLimit-Policy` value for `policies`, in order.
 pub(crate) fn policy_value<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> HeaderValue {
@@ -167,16 +157,6 @@ pub(crate) fn insert(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rounding_is_up_and_retry_after_at_least_one() {
-        assert_eq!(ceil_secs(Duration::ZERO), 0);
-        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
-        assert_eq!(ceil_secs(Duration::from_secs(6)), 6);
-        assert_eq!(ceil_secs(Duration::from_millis(6001)), 7);
-        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_secs(Duration::ZERO), 1);
-    }
 
     #[test]
     fn policy_header_shapes() {

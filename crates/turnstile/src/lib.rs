@@ -58,6 +58,9 @@
 //! its own name with its key types at the root; its backend wrappers are [`wrap`]
 //! ([`wrap::DenyCache`] in front of a remote backend repeats its denials locally).
 
+// On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[doc(no_inline)]
 pub use turnstile_core;
 
@@ -65,6 +68,7 @@ mod action;
 mod body;
 mod builder;
 #[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 mod decide;
 mod error;
@@ -83,6 +87,7 @@ mod trace;
 
 /// The Redis backend (feature `redis`): the `turnstile-redis` crate.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use turnstile_redis as redis;
 
 pub use action::Action;

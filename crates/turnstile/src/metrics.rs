@@ -5,35 +5,38 @@
 //!
 //! The names follow Prometheus conventions (`_total` on counters, the unit in the name) and
 //! every label takes a bounded set of values: never the client key. Policy names are bounded
-//! by configuration (the rules, tiers and overrides an operator defines).
+//! by configuration (the rules, tiers and overrides an operator defines). Each name, label
+//! and fixed label value is a constant, declared once in [`turnstile_core::metric_names`]
+//! and re-exported here, so the crates that record them and the dashboards that read them
+//! agree.
 //!
-//! | name | type | labels | what |
-//! | --- | --- | --- | --- |
-//! | `turnstile_decisions_total` | counter | `policy`, `outcome` | one per policy per checked request, see below |
-//! | `turnstile_backend_check_duration_seconds` | histogram | — | how long each backend check took, measured in the layer around the backend's future (every backend; a request [`Action::Delay`](crate::Action::Delay) re-checks is measured per check) |
-//! | `turnstile_backend_errors_total` | counter | `kind` | backend errors that reached the layer (and its [`FailurePolicy`](crate::FailurePolicy)), by [`BackendError::kind`](crate::BackendError::kind): `capacity_exceeded`, `timeout`, `connection`, `script`, `invalid_state`, `invalid_request` |
-//! | `turnstile_missing_key_total` | counter | `reason` | requests whose key could not be extracted, by [`KeyError::kind`](crate::KeyError::kind): `missing_peer_addr`, `missing_header`, `missing_matched_path`, `not_grpc`, `rejected` (whatever [`MissingKey`](crate::MissingKey) then did) |
-//! | `turnstile_fallback_activations_total` | counter | `kind` | recorded by the Redis backend: incidents in which it began deciding with its local in-memory fallback, by the error kind that started them |
-//! | `turnstile_fallback_decisions_total` | counter | — | recorded by the Redis backend: checks its local fallback decided |
-//! | `turnstile_memory_keys` | gauge | — | recorded by the in-memory backend: keys it tracks (every in-memory backend of the process together, the Redis backend's fallback included) |
-//! | `turnstile_deny_cache_hits_total` | counter | — | recorded by the backend's deny cache: checks it denied locally without asking the backend |
+//! | name | constant | type | labels | what |
+//! | --- | --- | --- | --- | --- |
+//! | `turnstile_decisions_total` | [`DECISIONS_TOTAL`] | counter | `policy` ([`LABEL_POLICY`]), `outcome` ([`LABEL_OUTCOME`]) | one per policy per checked request, see below |
+//! | `turnstile_backend_check_duration_seconds` | [`BACKEND_CHECK_DURATION_SECONDS`] | histogram | — | how long each backend check took, measured in the layer around the backend's future (every backend; a request [`Action::Delay`](crate::Action::Delay) re-checks is measured per check) |
+//! | `turnstile_backend_errors_total` | [`BACKEND_ERRORS_TOTAL`] | counter | `kind` ([`LABEL_KIND`]) | backend errors that reached the layer (and its [`FailurePolicy`](crate::FailurePolicy)), by [`BackendError::kind`](crate::BackendError::kind): `capacity_exceeded`, `timeout`, `connection`, `script`, `invalid_state`, `invalid_request` |
+//! | `turnstile_missing_key_total` | [`MISSING_KEY_TOTAL`] | counter | `reason` ([`LABEL_REASON`]) | requests whose key could not be extracted, by [`KeyError::kind`](crate::KeyError::kind): `missing_peer_addr`, `missing_header`, `missing_matched_path`, `not_grpc`, `rejected` (whatever [`MissingKey`](crate::MissingKey) then did) |
+//! | `turnstile_fallback_activations_total` | [`FALLBACK_ACTIVATIONS_TOTAL`] | counter | `kind` ([`LABEL_KIND`]) | recorded by the Redis backend: incidents in which it began deciding with its local in-memory fallback, by the error kind that started them |
+//! | `turnstile_fallback_decisions_total` | [`FALLBACK_DECISIONS_TOTAL`] | counter | — | recorded by the Redis backend: checks its local fallback decided |
+//! | `turnstile_memory_keys` | [`MEMORY_KEYS`] | gauge | — | recorded by the in-memory backend: keys it tracks (every in-memory backend of the process together, the Redis backend's fallback included) |
+//! | `turnstile_deny_cache_hits_total` | [`DENY_CACHE_HITS_TOTAL`] | counter | — | recorded by the backend's deny cache: checks it denied locally without asking the backend |
 //!
 //! `turnstile_decisions_total` counts, for each request the layer checked, the policies that
 //! decided it, each under its own name (`policy`) with the request's `outcome`:
 //!
 //! | `outcome` | the request | counted under |
 //! | --- | --- | --- |
-//! | `allowed` | admitted at once | every policy checked |
-//! | `delayed` | admitted after waiting (a leaky bucket's `delay`, or [`Action::Delay`](crate::Action::Delay)'s re-checks) | every policy checked |
-//! | `denied` | rejected | each policy that denied it (a policy that would have admitted it gave nothing, and is not counted) |
-//! | `shadow_denied` | admitted by [`Action::Shadow`](crate::Action::Shadow), though enforcing would have rejected it | each policy that denied it |
+//! | `allowed` ([`OUTCOME_ALLOWED`]) | admitted at once | every policy checked |
+//! | `delayed` ([`OUTCOME_DELAYED`]) | admitted after waiting (a leaky bucket's `delay`, or [`Action::Delay`](crate::Action::Delay)'s re-checks) | every policy checked |
+//! | `denied` ([`OUTCOME_DENIED`]) | rejected | each policy that denied it (a policy that would have admitted it gave nothing, and is not counted) |
+//! | `shadow_denied` ([`OUTCOME_SHADOW_DENIED`]) | admitted by [`Action::Shadow`](crate::Action::Shadow), though enforcing would have rejected it | each policy that denied it |
 //!
 //! So for a rule with one policy the series of that policy add up to the requests the rule
 //! checked; with several policies, use one policy's series to count requests. A key without
 //! configuration denied or admitted without limit ([`Unconfigured::Deny`](crate::Unconfigured::Deny),
-//! [`Unconfigured::Allow`](crate::Unconfigured::Allow)) is counted under `policy=""` (no policy
-//! can be named with the empty string). The policies are those that applied to the key: the
-//! rule's, its tier's or its override's. A request [`Action::Delay`](crate::Action::Delay)
+//! [`Unconfigured::Allow`](crate::Unconfigured::Allow)) is counted under `policy=""`
+//! ([`UNCONFIGURED_POLICY`]; no policy can be named with the empty string). The policies are
+//! those that applied to the key: the rule's, its tier's or its override's. A request [`Action::Delay`](crate::Action::Delay)
 //! holds is counted once, when its outcome is final.
 //!
 //! Exempt requests, requests no rule matches (with no layer policies) and exempt keys are not
@@ -59,73 +62,17 @@
 //!     .route("/metrics", get(move || std::future::ready(handle.render())));
 //! ```
 
-/// `turnstile_decisions_total{policy, outcome}`: one per policy per checked request.
-pub const DECISIONS_TOTAL: &str = "turnstile_decisions_total";
-
-/// `turnstile_backend_check_duration_seconds`: the latency of each backend check, in seconds.
-pub const BACKEND_CHECK_DURATION_SECONDS: &str = "turnstile_backend_check_duration_seconds";
-
-/// `turnstile_backend_errors_total{kind}`: backend errors that reached the layer.
-pub const BACKEND_ERRORS_TOTAL: &str = "turnstile_backend_errors_total";
-
-/// `turnstile_missing_key_total{reason}`: requests whose key could not be extracted.
-pub const MISSING_KEY_TOTAL: &str = "turnstile_missing_key_total";
-
-/// `turnstile_fallback_activations_total{kind}`: incidents in which the Redis backend began
-/// deciding locally (recorded by the Redis backend).
-pub const FALLBACK_ACTIVATIONS_TOTAL: &str = "turnstile_fallback_activations_total";
-
-/// `turnstile_fallback_decisions_total`: checks the Redis backend's local fallback decided
-/// (recorded by the Redis backend).
-pub const FALLBACK_DECISIONS_TOTAL: &str = "turnstile_fallback_decisions_total";
-
-/// `turnstile_memory_keys`: keys tracked by in-memory backends (a gauge, recorded by the
-/// in-memory backend: +1 when it starts tracking a key, −1 when it drops one).
-pub const MEMORY_KEYS: &str = "turnstile_memory_keys";
-
-/// `turnstile_deny_cache_hits_total`: checks a deny cache denied without asking the backend
-/// (recorded by the backend that keeps the cache).
-pub const DENY_CACHE_HITS_TOTAL: &str = "turnstile_deny_cache_hits_total";
-
-/// The label naming a policy (its [`Policy::name`](crate::Policy::name)).
-pub const LABEL_POLICY: &str = "policy";
-
-/// The label of a decision's outcome: one of [`OUTCOMES`].
-pub const LABEL_OUTCOME: &str = "outcome";
-
-/// The label of a backend error's [`BackendError::kind`](crate::BackendError::kind).
-pub const LABEL_KIND: &str = "kind";
-
-/// The label of a missing key's [`KeyError::kind`](crate::KeyError::kind).
-pub const LABEL_REASON: &str = "reason";
-
-/// `outcome` of a request admitted at once.
-pub const OUTCOME_ALLOWED: &str = "allowed";
-
-/// `outcome` of a request admitted after waiting.
-pub const OUTCOME_DELAYED: &str = "delayed";
-
-/// `outcome` of a rejected request.
-pub const OUTCOME_DENIED: &str = "denied";
-
-/// `outcome` of a request [`Action::Shadow`](crate::Action::Shadow) admitted though it would
-/// have been denied.
-pub const OUTCOME_SHADOW_DENIED: &str = "shadow_denied";
-
-/// Every value of the `outcome` label.
-pub const OUTCOMES: [&str; 4] = [
-    OUTCOME_ALLOWED,
-    OUTCOME_DELAYED,
-    OUTCOME_DENIED,
-    OUTCOME_SHADOW_DENIED,
-];
-
-/// The `policy` label of keys without configuration denied or admitted without limit.
-pub const UNCONFIGURED_POLICY: &str = "";
+pub use turnstile_core::metric_names::{
+    BACKEND_CHECK_DURATION_SECONDS, BACKEND_ERRORS_TOTAL, DECISIONS_TOTAL, DENY_CACHE_HITS_TOTAL,
+    FALLBACK_ACTIVATIONS_TOTAL, FALLBACK_DECISIONS_TOTAL, LABEL_KIND, LABEL_OUTCOME, LABEL_POLICY,
+    LABEL_REASON, MEMORY_KEYS, MISSING_KEY_TOTAL, OUTCOMES, OUTCOME_ALLOWED, OUTCOME_DELAYED,
+    OUTCOME_DENIED, OUTCOME_SHADOW_DENIED, UNCONFIGURED_POLICY,
+};
 
 /// Registers the description and unit of every metric above with the installed recorder
 /// (exporters show them as `# HELP` lines). Call it once, after installing the recorder.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe() {
     use ::metrics::Unit;
     ::metrics::describe_counter!(

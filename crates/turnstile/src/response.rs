@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
+use turnstile_core::round::retry_after_secs;
 use turnstile_core::{Decision, Policy};
 
 use crate::grpc::{self, Code};
-use crate::headers::retry_after_secs;
 use crate::key::KeyError;
 
 /// The RFC 9457 problem type for a request over quota, registered with IANA by

@@ -546,7 +546,7 @@ impl Shard {
 #[inline]
 fn keys_gauge(_delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("turnstile_memory_keys").increment(_delta);
+    metrics::gauge!(crate::metric_names::MEMORY_KEYS).increment(_delta);
 }
 
 /// Locks a shard. A poisoned lock (a panic elsewhere while it was held) is taken over: every

@@ -297,7 +297,7 @@ impl<B: Backend> Backend for DenyCache<B> {
         if let Some(decision) = self.cache.lookup(key, fp, cost, sent_ns) {
             self.cache.hits.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
-            metrics::counter!("turnstile_deny_cache_hits_total").increment(1);
+            metrics::counter!(crate::metric_names::DENY_CACHE_HITS_TOTAL).increment(1);
             return DenyCacheFuture {
                 state: State::Cached {
                     decision: Some(decision),

@@ -13,6 +13,8 @@ use crate::backend::{Backend, BackendError, CheckResult, Quotas};
 use crate::clock::{Clock, SystemClock};
 use crate::failure::{FailurePolicy, OnError};
 use crate::memory::MemoryBackend;
+#[cfg(feature = "metrics")]
+use crate::metric_names as names;
 use crate::policy::Policy;
 use crate::quota::{KeyConfig, Limits};
 
@@ -183,7 +185,7 @@ impl<C: Clock> Retry<C> {
         }
         if !s.incident.swap(true, Ordering::Relaxed) {
             #[cfg(feature = "metrics")]
-            metrics::counter!("turnstile_fallback_activations_total", "kind" => error.kind())
+            metrics::counter!(names::FALLBACK_ACTIVATIONS_TOTAL, names::LABEL_KIND => error.kind())
                 .increment(1);
             tracing::warn!(
                 error = %error,
@@ -193,7 +195,7 @@ impl<C: Clock> Retry<C> {
         }
         s.decisions.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!("turnstile_fallback_decisions_total").increment(1);
+        metrics::counter!(names::FALLBACK_DECISIONS_TOTAL).increment(1);
         let ready: Ready<CheckResult> =
             s.local
                 .check_limits(&self.key, &self.limits, self.cost, self.now_ms);

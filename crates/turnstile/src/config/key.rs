@@ -17,10 +17,17 @@ use crate::key::{
 /// | `ip` (default) | [`PeerIp`] | the peer's IP: `192.0.2.1`, IPv6 by network `2001:db8:1:2::/64` |
 /// | `client-ip` | [`ClientIp`] with `trusted_proxies` | the client's IP behind the trusted proxies, same form |
 /// | `header:NAME` | [`HeaderKey`] | the header's value, `%` and bytes outside printable ASCII percent-encoded |
-/// | `route` | [`Route`](crate::key::Route) (feature `axum`) | the matched route, `/users/{id}` |
+/// | `route` | [`Route`] (feature `axum`) | the matched route, `/users/{id}` |
 /// | `grpc-method` | [`GrpcMethod`] | `package.Service/Method` |
 /// | `global` | [`GlobalKey`] | `global` |
 /// | `["header:x-api-key", "ip"]` | the tuple of those | the parts joined with `|`: `k1|192.0.2.1` |
+///
+#[cfg_attr(feature = "axum", doc = "[`Route`]: crate::key::Route")]
+// Without the `axum` feature there is no `Route` to link to: link to the full docs.
+#[cfg_attr(
+    not(feature = "axum"),
+    doc = "[`Route`]: https://docs.rs/turnstile/latest/turnstile/key/struct.Route.html"
+)]
 #[derive(Clone)]
 pub struct ConfigKey {
     parts: Arc<[Part]>,

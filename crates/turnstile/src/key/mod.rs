@@ -14,6 +14,12 @@
 //! | [`GlobalKey`] | one key for every request: `global` |
 //! | [`KeyFn`] | whatever your closure returns ([`key_fn`]) |
 //! | `(A, B)`, `(A, B, C)` | the parts joined by `|` (a `|` or `%` inside a part is percent-encoded) |
+//!
+// Without the `axum` feature there is no `Route` here to link to: link to the full docs.
+#![cfg_attr(
+    not(feature = "axum"),
+    doc = "[`Route`]: https://docs.rs/turnstile/latest/turnstile/key/struct.Route.html"
+)]
 
 use std::borrow::Cow;
 use std::fmt;
@@ -297,6 +303,7 @@ impl KeyExtractor for HeaderKey {
 /// so every route has its own quota shared by all clients. Combine it with an IP key,
 /// `(Route, PeerIp::new())`, for a per-route, per-client quota.
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Route;
 
