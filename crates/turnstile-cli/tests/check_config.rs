@@ -108,3 +108,24 @@ fn a_broken_file_is_named_by_line_and_field() {
     assert!(text(&missing.stderr).starts_with("error: no/such/file.toml: cannot read the file: "));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_route_key_is_valid_though_the_cli_is_built_without_axum() {
+    // The services that read the file are built with axum; the checker is not.
+    let dir = std::env::temp_dir().join(format!("turnstile-route-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("route.toml");
+    std::fs::write(
+        &file,
+        "key = \"route\"\npolicies = [\"gcra:limit=5,period=1s,name=per-route\"]\n",
+    )
+    .unwrap();
+    let out = run(&["check-config", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("key: route\n  route: the matched route (/users/{id})\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -38,7 +38,9 @@ pub(super) enum Part {
     Peer(PeerIp),
     Client(ClientIp),
     Header(HeaderKey, HeaderName),
-    #[cfg(feature = "axum")]
+    /// axum's matched route. Without the `axum` feature nothing can set one, so every
+    /// request lacks it (and [`MissingKey`](crate::MissingKey) decides); the file itself is
+    /// valid, as it is for a service built with axum.
     Route,
     Grpc,
     Global,
@@ -52,6 +54,8 @@ impl Part {
             Part::Header(k, _) => k.extract(req),
             #[cfg(feature = "axum")]
             Part::Route => crate::key::Route.extract(req),
+            #[cfg(not(feature = "axum"))]
+            Part::Route => Err(KeyError::MissingMatchedPath),
             Part::Grpc => GrpcMethod.extract(req),
             Part::Global => GlobalKey.extract(req),
         }
@@ -63,7 +67,6 @@ impl Part {
             Part::Peer(_) => "ip".to_owned(),
             Part::Client(_) => "client-ip".to_owned(),
             Part::Header(_, n) => format!("header:{n}"),
-            #[cfg(feature = "axum")]
             Part::Route => "route".to_owned(),
             Part::Grpc => "grpc-method".to_owned(),
             Part::Global => "global".to_owned(),
@@ -83,7 +86,6 @@ impl Part {
             Part::Header(_, n) => format!(
                 "the value of the {n} header (% and bytes outside printable ASCII percent-encoded)"
             ),
-            #[cfg(feature = "axum")]
             Part::Route => "the matched route (/users/{id})".to_owned(),
             Part::Grpc => "the gRPC method (helloworld.Greeter/SayHello)".to_owned(),
             Part::Global => "global (one key for every request)".to_owned(),

@@ -302,19 +302,7 @@ impl Validator<'_> {
                     })
                 }
                 KeyPart::Header(name) => Part::Header(HeaderKey::new(name.clone()), name.clone()),
-                #[cfg(feature = "axum")]
                 KeyPart::Route => Part::Route,
-                #[cfg(not(feature = "axum"))]
-                KeyPart::Route => {
-                    let k = raw.key.as_ref().map(|k| k.span()).unwrap_or(0..0);
-                    return Err(self.at(
-                        &Loc {
-                            field: "key".to_owned(),
-                            span: k,
-                        },
-                        "the route key needs turnstile's `axum` feature",
-                    ));
-                }
                 KeyPart::GrpcMethod => Part::Grpc,
                 KeyPart::Global => Part::Global,
             });
