@@ -72,7 +72,7 @@ fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
 }
 
 fn parse_period(s: &str) -> Result<Duration, String> {
-    turnstile::turnstile_core::parse_duration(s).map_err(|e| e.to_string())
+    turnstile::turnstile_core::policy::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// `ip` or `header:NAME`.

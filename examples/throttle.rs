@@ -28,13 +28,13 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     limit: u64,
     /// The period: <integer><unit>, unit ms, s, m, h or d.
-    #[arg(long, default_value = "1s", value_parser = turnstile::turnstile_core::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = turnstile::turnstile_core::policy::parse_duration)]
     period: Duration,
     /// Queue capacity in requests (default: the limit).
     #[arg(long)]
     burst: Option<u64>,
     /// The longest a request is held before it is served (or answered 429).
-    #[arg(long, default_value = "2s", value_parser = turnstile::turnstile_core::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = turnstile::turnstile_core::policy::parse_duration)]
     max_wait: Duration,
 }
 

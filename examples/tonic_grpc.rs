@@ -41,7 +41,7 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     limit: u64,
     /// The period: <integer><unit>, unit ms, s, m, h or d.
-    #[arg(long, default_value = "60s", value_parser = turnstile::turnstile_core::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = turnstile::turnstile_core::policy::parse_duration)]
     period: Duration,
     /// Bucket capacity (bucket algorithms only; default: the limit).
     #[arg(long)]

@@ -31,7 +31,7 @@ use crate::trace::{Buffered, Request, TraceError};
 /// canonical (IPv4-mapped as IPv4, IPv6 grouped by its /64 network), anything else as written.
 fn client_key(address: String) -> String {
     match address.parse() {
-        Ok(ip) => turnstile_core::ip_key(ip, turnstile_core::DEFAULT_IPV6_PREFIX),
+        Ok(ip) => turnstile_core::ip::ip_key(ip, turnstile_core::ip::DEFAULT_IPV6_PREFIX),
         Err(_) => address,
     }
 }

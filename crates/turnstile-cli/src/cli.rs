@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use turnstile_core::{parse_duration, Algorithm, Policy, MAX_PERIOD_MS};
+use turnstile_core::policy::{parse_duration, MAX_PERIOD_MS};
+use turnstile_core::{Algorithm, Policy};
 
 use crate::access_log::DEFAULT_REORDER_WINDOW_MS;
 use crate::backend::BackendKind;

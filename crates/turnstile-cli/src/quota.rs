@@ -115,14 +115,14 @@ pub(crate) enum QuotaCommand {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    turnstile_core::parse_duration(s).map_err(|e| e.to_string())
+    turnstile_core::policy::parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn parse_tier_policy(s: &str) -> Result<(String, Policy), String> {
     let (name, spec) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not NAME=SPEC"))?;
-    turnstile_core::validate_tier_name(name).map_err(|e| e.to_string())?;
+    turnstile_core::quota::validate_tier_name(name).map_err(|e| e.to_string())?;
     let policy = spec.parse::<Policy>().map_err(|e| e.to_string())?;
     Ok((name.to_owned(), policy))
 }

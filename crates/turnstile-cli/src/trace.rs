@@ -10,7 +10,7 @@ use std::fmt;
 use std::io::{self, BufRead};
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
-use turnstile_core::MAX_REQUEST_VALUE;
+use turnstile_core::policy::MAX_REQUEST_VALUE;
 
 /// One request of a trace, with the defaults filled in.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -96,7 +96,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
     }
 }
 
-fn check_policies<B: Backend + ?Sized>(
+fn check_policies<B: Backend>(
     backend: &B,
     key: &str,
     policies: &[Policy],

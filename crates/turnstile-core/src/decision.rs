@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(ms_ratio(1, 3), Duration::from_nanos(333_334));
         assert_eq!(ms_ratio(3000, 3), Duration::from_secs(1));
         assert_eq!(ms_ratio(0, 7), Duration::ZERO);
-        let big = ms_ratio(u128::from(crate::MAX_EXACT), 1);
-        assert_eq!(big.as_millis(), u128::from(crate::MAX_EXACT));
+        let big = ms_ratio(u128::from(crate::policy::MAX_EXACT), 1);
+        assert_eq!(big.as_millis(), u128::from(crate::policy::MAX_EXACT));
     }
 }

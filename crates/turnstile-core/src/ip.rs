@@ -13,7 +13,7 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 ///
 /// # Examples
 /// ```
-/// use turnstile_core::ip_key;
+/// use turnstile_core::ip::ip_key;
 /// assert_eq!(ip_key("2001:db8:1:2:3:4:5:6".parse().unwrap(), 64), "2001:db8:1:2::/64");
 /// assert_eq!(ip_key("::ffff:192.0.2.1".parse().unwrap(), 64), "192.0.2.1");
 /// ```

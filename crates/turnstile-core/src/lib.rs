@@ -39,28 +39,22 @@
 pub mod algorithm;
 mod backend;
 mod clock;
-mod decision;
+pub mod decision;
 mod failure;
 mod few;
-mod ip;
+pub mod ip;
 mod memory;
 pub mod metric_names;
-mod policy;
-mod quota;
+pub mod policy;
+pub mod quota;
 pub mod round;
 pub mod wrap;
 
 pub use algorithm::{Evaluation, State};
 pub use backend::{Backend, BackendError, BoxError, CheckResult, Checked, Quotas};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{exact_ms, Decision, PolicyDecision};
+pub use decision::{Decision, PolicyDecision};
 pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};
-pub use ip::{ip_key, DEFAULT_IPV6_PREFIX};
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
-pub use policy::{
-    format_duration_ms, parse_duration, Algorithm, InvalidPolicy, Policy, MAX_EXACT, MAX_LIMIT,
-    MAX_PERIOD_MS, MAX_REQUEST_VALUE,
-};
-pub use quota::{
-    validate_policy_set, validate_tier_name, Applied, KeyConfig, Limits, LimitsError, Unconfigured,
-};
+pub use policy::{Algorithm, InvalidPolicy, Policy};
+pub use quota::{Applied, KeyConfig, Limits, LimitsError, Unconfigured};

@@ -601,8 +601,8 @@ fn parse_plain_u64(s: &str) -> Option<u64> {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(turnstile_core::parse_duration("90s"), Ok(Duration::from_secs(90)));
-/// assert!(turnstile_core::parse_duration("1.5s").is_err());
+/// assert_eq!(turnstile_core::policy::parse_duration("90s"), Ok(Duration::from_secs(90)));
+/// assert!(turnstile_core::policy::parse_duration("1.5s").is_err());
 /// ```
 pub fn parse_duration(s: &str) -> Result<Duration, InvalidPolicy> {
     let err = || InvalidPolicy::Duration(s.to_owned());

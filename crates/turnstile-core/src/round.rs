@@ -2,7 +2,7 @@
 //! exact values rounded **up**"), in one place for every front end.
 //!
 //! A [`Decision`](crate::Decision)'s durations are exact values rounded up to whole
-//! nanoseconds (see [`exact_ms`](crate::exact_ms)), so rounding them up again here rounds the
+//! nanoseconds (see [`exact_ms`](crate::decision::exact_ms)), so rounding them up again here rounds the
 //! exact value: a client told to wait is never told a wait shorter than the real one.
 //!
 //! | function | unit | used for |

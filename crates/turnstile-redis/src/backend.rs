@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use deadpool_redis::cluster;
 use deadpool_redis::redis::{self, RedisError, Script};
+use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy, SystemClock,
-    Unconfigured, MAX_EXACT,
+    Unconfigured,
 };
 
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
@@ -256,7 +257,7 @@ impl<C: Clock> RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Result<(u64, Decision), BackendError> {
-        turnstile_core::validate_policy_set(policies)
+        turnstile_core::quota::validate_policy_set(policies)
             .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
         self.call(key, plain_sets(policies), Op::Check, cost, now_ms)
             .await

@@ -52,7 +52,7 @@ impl<C: Clock> Quotas for RedisBackend<C> {
         key: &str,
         policies: &[Policy],
     ) -> Result<KeyConfig, BackendError> {
-        turnstile_core::validate_policy_set(policies)
+        turnstile_core::quota::validate_policy_set(policies)
             .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
         self.configure(key, &["set", "o", &encode_override(policies)?])
             .await
@@ -67,7 +67,7 @@ impl<C: Clock> Quotas for RedisBackend<C> {
 
     async fn set_tier(&self, key: &str, tier: Option<&str>) -> Result<KeyConfig, BackendError> {
         if let Some(t) = tier {
-            turnstile_core::validate_tier_name(t)
+            turnstile_core::quota::validate_tier_name(t)
                 .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
         }
         self.configure(key, &["set", "t", tier.unwrap_or("")]).await

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::redis::{Script, ScriptInvocation, Value};
+use turnstile_core::decision::exact_ms;
+use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
-    exact_ms, Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision,
-    Unconfigured, MAX_EXACT,
+    Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
 };
 
 /// The Lua source of the check script (check, refund, reset): `lua/prelude.lua`, the

@@ -28,7 +28,7 @@ pub enum Action {
         max_wait: Duration,
     },
     /// Dry run: admit every request, without waiting and without rate-limit headers, but
-    /// count ([`RateLimitLayer::shadow_denied`]) and log (`tracing`, target
+    /// count ([`RateLimitLayer::shadow_denied`](crate::RateLimitLayer::shadow_denied)) and log (`tracing`, target
     /// `turnstile::shadow`, level INFO) each request that would have been denied. Denied
     /// requests consume nothing, so the counts are what enforcing would have done.
     Shadow,

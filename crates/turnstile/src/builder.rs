@@ -282,8 +282,8 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         check_action(&rules, p.action)?;
         for (name, policies) in &p.tiers {
             check_action_policies(policies, p.action)?;
-            turnstile_core::validate_policy_set(policies).map_err(InvalidLayer::Tier)?;
-            turnstile_core::validate_tier_name(name).map_err(InvalidLayer::Tier)?;
+            turnstile_core::quota::validate_policy_set(policies).map_err(InvalidLayer::Tier)?;
+            turnstile_core::quota::validate_tier_name(name).map_err(InvalidLayer::Tier)?;
         }
         for rule in &mut rules {
             if rule.policies.is_empty() {

@@ -26,7 +26,7 @@ pub enum InvalidLayer {
     /// A tier was invalid: a bad or repeated tier name, no policies, or two of its policies
     /// share a name.
     Tier(LimitsError),
-    /// With [`Action::Delay`], a leaky-bucket policy could ask a request to wait longer than
+    /// With [`Action::Delay`](crate::Action::Delay), a leaky-bucket policy could ask a request to wait longer than
     /// `max_wait`: (B − 1)·T exceeds it.
     DelayExceedsMaxWait {
         /// The policy's name.

@@ -243,6 +243,7 @@ where
                         } => {
                             crate::metrics::decision(keys, &decision, outcome);
                             finish_span(&span, outcome.as_str(), &decision);
+                            let headers = headers.then_some(decision);
                             match at {
                                 None => State::Admitted { headers },
                                 Some(at) => State::Delaying {

@@ -16,7 +16,7 @@ use crate::state::{Config, Settings};
 
 /// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
 ///
-/// Each request is matched against the layer's [`Rule`]s (the first that matches applies;
+/// Each request is matched against the layer's [`Rule`](crate::Rule)s (the first that matches applies;
 /// a request no rule matches gets the layer's own policies, and with none is passed through
 /// unchecked), keyed (by default by the client's peer IP, see [`PeerIp`]), checked against
 /// the rule's policies at once (all-or-nothing) in the backend (by default a

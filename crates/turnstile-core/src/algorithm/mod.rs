@@ -468,7 +468,7 @@ mod tests {
             assert!(!d.allowed());
             assert_eq!(d.retry_after(), None);
             assert_eq!(s, State::new());
-            let last = crate::MAX_REQUEST_VALUE;
+            let last = crate::policy::MAX_REQUEST_VALUE;
             let d = check(&p, &mut s, last, 5);
             assert!(d.allowed(), "{alg}");
             let d = check(&p, &mut s, last, 1);

@@ -1,26 +1,7 @@
 //! [`DenyCache`]: a denial the backend gave is repeated locally, without asking the backend,
 //! for as long as it provably still holds.
 //!
-//! When the backend says a key is denied with `retry_after` d for a request **sent** at time
-//! s, the same request (same key, policies and cost) is denied locally until s + d. The
-//! backend decided at some time e ≥ s that nothing admits the request before e + d ≥ s + d,
-//! and while nothing gives quota back other processes can only consume more; so the local
-//! denial is the denial the backend would give, and a flood of denied traffic costs the
-//! backend nothing. The `retry_after` reported from the cache is timed from the **reply**
-//! (r ≥ e), so it never understates the real wait as the backend saw it (a request this
-//! process admits for the key afterwards drops the key's cached denials, whose waits it made
-//! longer). (A costlier request would be denied too, but its own wait is longer than d, so it
-//! asks the backend — which then caches it under its own cost; a key keeps up to four costs.)
-//!
-//! A denial answered from the cache is the one the backend gave, its durations shortened by
-//! the time since the reply; its `remaining` is the backend's (a lower bound: entries that
-//! expired since are not counted back), so with the cache on a decision can differ from the
-//! backend's own in `remaining` — never in `allowed`.
-//!
-//! What gives quota back — a reset, a refund, a raised override or tier — reaches this
-//! process's cache at once when it goes through the wrapper ([`Quotas`]), and other
-//! processes' caches within their cap ([`DenyCache::with_max`], 1 s by default): an entry is
-//! never kept longer than that.
+//! The wrapper is documented on [`DenyCache`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -199,8 +180,28 @@ impl Cache {
     }
 }
 
-/// A [`Backend`] that answers a repeated denial from memory: see the
-/// [module docs](self) for why the answer is the wrapped backend's own.
+/// A [`Backend`] that answers a repeated denial from memory, exactly as the backend would.
+///
+/// When the backend says a key is denied with `retry_after` d for a request **sent** at time
+/// s, the same request (same key, policies and cost) is denied locally until s + d. The
+/// backend decided at some time e ≥ s that nothing admits the request before e + d ≥ s + d,
+/// and while nothing gives quota back other processes can only consume more; so the local
+/// denial is the denial the backend would give, and a flood of denied traffic costs the
+/// backend nothing. The `retry_after` reported from the cache is timed from the **reply**
+/// (r ≥ e), so it never understates the real wait as the backend saw it (a request this
+/// process admits for the key afterwards drops the key's cached denials, whose waits it made
+/// longer). (A costlier request would be denied too, but its own wait is longer than d, so it
+/// asks the backend — which then caches it under its own cost; a key keeps up to four costs.)
+///
+/// A denial answered from the cache is the one the backend gave, its durations shortened by
+/// the time since the reply; its `remaining` is the backend's (a lower bound: entries that
+/// expired since are not counted back), so with the cache on a decision can differ from the
+/// backend's own in `remaining` — never in `allowed`.
+///
+/// What gives quota back — a reset, a refund, a raised override or tier — reaches this
+/// process's cache at once when it goes through the wrapper ([`Quotas`]), and other
+/// processes' caches within their cap ([`DenyCache::with_max`], 1 s by default): an entry is
+/// never kept longer than that.
 ///
 /// Queries (cost 0) are never cached; checks at explicit times (simulations) are cached on
 /// their own time base. Clones share one cache.

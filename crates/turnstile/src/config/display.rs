@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use turnstile_core::{format_duration_ms, Unconfigured};
+use turnstile_core::policy::format_duration_ms;
+use turnstile_core::Unconfigured;
 
 use super::key::Part;
 use super::LayerConfig;

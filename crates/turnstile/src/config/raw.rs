@@ -10,9 +10,8 @@ use ipnet::IpNet;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
-use turnstile_core::{
-    parse_duration, Algorithm, InvalidPolicy, Policy, MAX_LIMIT, MAX_PERIOD_MS, MAX_REQUEST_VALUE,
-};
+use turnstile_core::policy::{parse_duration, MAX_LIMIT, MAX_PERIOD_MS, MAX_REQUEST_VALUE};
+use turnstile_core::{Algorithm, InvalidPolicy, Policy};
 
 /// The whole file.
 #[derive(Deserialize)]

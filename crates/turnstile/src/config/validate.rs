@@ -139,7 +139,7 @@ impl Validator<'_> {
         let mut tiers = Vec::with_capacity(raw.tiers.0.len());
         for (name, list) in &raw.tiers.0 {
             let field = format!("tiers.{name}");
-            if turnstile_core::validate_tier_name(name).is_err() {
+            if turnstile_core::quota::validate_tier_name(name).is_err() {
                 return Err(self.span_at(
                     list,
                     &field,

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 use super::{KeyError, KeyExtractor};
 
-use turnstile_core::DEFAULT_IPV6_PREFIX;
+use turnstile_core::ip::DEFAULT_IPV6_PREFIX;
 
 /// An IPv6 prefix length above 128.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,9 +267,9 @@ fn check_prefix(len: u8) -> Result<(), InvalidPrefix> {
     }
 }
 
-/// The canonical key of `ip` (see [`turnstile_core::ip_key`]).
+/// The canonical key of `ip` (see [`turnstile_core::ip::ip_key`]).
 pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
-    turnstile_core::ip_key(ip, prefix)
+    turnstile_core::ip::ip_key(ip, prefix)
 }
 
 /// The peer address recorded in the request's extensions, if any.
