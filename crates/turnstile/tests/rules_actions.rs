@@ -245,6 +245,27 @@ async fn shadow_never_rejects_but_counts_what_it_would_have_denied() {
     }
     assert_eq!(inner.count(), 5);
     assert_eq!(layer.shadow_denied(), 4);
+    // A layer changed after it was built keeps counting where it was.
+    let changed = layer
+        .clone()
+        .with_action(Action::Shadow)
+        .unwrap()
+        .on_backend_failure(turnstile::FailurePolicy::Closed)
+        .backend(backend());
+    assert_eq!(changed.shadow_denied(), 4);
+    let res = changed
+        .layer(inner.clone())
+        .oneshot(get("/"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = changed
+        .layer(inner.clone())
+        .oneshot(get("/"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!((changed.shadow_denied(), layer.shadow_denied()), (5, 5));
 
     // Nor does it shape: a leaky bucket's delays are not waited out.
     let shaper = RateLimitLayer::builder()

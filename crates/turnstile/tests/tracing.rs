@@ -57,6 +57,7 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
         let mut f = Fieldset(Fields::new());
         event.record(&mut f);
+        f.0.insert("level".to_owned(), event.metadata().level().to_string());
         self.events
             .lock()
             .unwrap()
@@ -195,4 +196,81 @@ fn the_hash_is_stable() {
         KeyLogging::Hashed.display("a").to_string(),
         "af63dc4c8601ec8c"
     );
+}
+
+/// A remote-looking backend over memory that fails while `down` is set.
+#[derive(Clone, Default)]
+struct Flaky {
+    memory: turnstile::MemoryBackend,
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl turnstile::Backend for Flaky {
+    type Future = std::future::Ready<Result<turnstile::Decision, turnstile::BackendError>>;
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &turnstile::Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            return std::future::ready(Err(turnstile::BackendError::Connection(
+                "connection refused".into(),
+            )));
+        }
+        self.memory.check_limits(key, limits, cost, now_ms)
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn one_incident_logs_one_warning_and_one_recovery_whatever_the_failure_policy() {
+    use turnstile::FailurePolicy;
+    for failure in [
+        FailurePolicy::Local,
+        FailurePolicy::Open,
+        FailurePolicy::Closed,
+    ] {
+        let backend = Flaky::default();
+        let layer = RateLimitLayer::builder()
+            .policy(
+                "fixed-window:limit=1000,period=1h,name=per-ip"
+                    .parse()
+                    .unwrap(),
+            )
+            .backend(backend.clone())
+            .on_backend_failure(failure)
+            .build()
+            .unwrap();
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut svc = layer.layer(tower::service_fn(|_r: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        for (down, n) in [(false, 2), (true, 20), (false, 5)] {
+            backend
+                .down
+                .store(down, std::sync::atomic::Ordering::Relaxed);
+            for _ in 0..n {
+                let _ = svc
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(request("192.0.2.1:1"))
+                    .await;
+            }
+        }
+        let events = capture.events.lock().unwrap().clone();
+        let at = |level: &str| -> Vec<String> {
+            events
+                .iter()
+                .filter(|(_, f)| f["level"] == level)
+                .map(|(_, f)| f.get("message").cloned().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(at("WARN").len(), 1, "{failure}: {:?}", at("WARN"));
+        assert_eq!(at("INFO").len(), 1, "{failure}: {:?}", at("INFO"));
+    }
 }
