@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
-use turnstile_core::wrap::Fallback;
+use turnstile_core::wrap::Share;
 use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
 
 use crate::action::{check_action, check_action_policies, max_leaky_delay, Action};
@@ -65,6 +65,7 @@ struct Parts {
     exempt_keys: Vec<String>,
     action: Action,
     failure: FailurePolicy,
+    unknown_share: Share,
     missing_key: MissingKey,
     headers_on_allowed: bool,
     legacy_headers: bool,
@@ -87,6 +88,7 @@ impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
                 exempt_keys: Vec::new(),
                 action: Action::Reject,
                 failure: FailurePolicy::Local,
+                unknown_share: Share::ALL,
                 missing_key: MissingKey::Reject,
                 headers_on_allowed: true,
                 legacy_headers: false,
@@ -184,6 +186,15 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// in memory on this process; see [`FailurePolicy`] for the whole table).
     pub fn on_backend_failure(mut self, failure: FailurePolicy) -> Self {
         self.parts.failure = failure;
+        self
+    }
+
+    /// Under [`FailurePolicy::Local`], what a key the backend never answered for starts an
+    /// outage with: `share` of each policy's capacity (default [`Share::ALL`]). Keys the
+    /// backend did answer for start from its last answer (see
+    /// [`Fallback`](turnstile_core::wrap::Fallback)).
+    pub fn fallback_unknown_share(mut self, share: Share) -> Self {
+        self.parts.unknown_share = share;
         self
     }
 
@@ -305,28 +316,30 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                 .flat_map(|r| r.policies.iter())
                 .chain(p.tiers.iter().flat_map(|(_, p)| p.iter())),
         );
+        let settings = Settings {
+            rules: rules.into_boxed_slice(),
+            has_default,
+            cost: p.cost,
+            exempt_keys: p
+                .exempt_keys
+                .into_iter()
+                .map(String::into_boxed_str)
+                .collect(),
+            action: p.action,
+            failure: p.failure,
+            unknown_share: p.unknown_share,
+            missing_key: p.missing_key,
+            headers_on_allowed: p.headers_on_allowed,
+            legacy_headers: p.legacy_headers,
+            response: p.response,
+            key_logging: p.key_logging,
+            metric_keys: Arc::new(metric_keys),
+        };
         Ok(RateLimitLayer {
             config: Arc::new(Config {
-                backend: Fallback::new(backend, p.failure),
+                backend: settings.fallback(backend),
                 key,
-                settings: Arc::new(Settings {
-                    rules: rules.into_boxed_slice(),
-                    has_default,
-                    cost: p.cost,
-                    exempt_keys: p
-                        .exempt_keys
-                        .into_iter()
-                        .map(String::into_boxed_str)
-                        .collect(),
-                    action: p.action,
-                    failure: p.failure,
-                    missing_key: p.missing_key,
-                    headers_on_allowed: p.headers_on_allowed,
-                    legacy_headers: p.legacy_headers,
-                    response: p.response,
-                    key_logging: p.key_logging,
-                    metric_keys: Arc::new(metric_keys),
-                }),
+                settings: Arc::new(settings),
                 stats: Arc::default(),
             }),
         })

@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use tower_layer::Layer;
-use turnstile_core::wrap::Fallback;
 use turnstile_core::{FailurePolicy, MemoryBackend, Policy};
 
 use crate::action::{check_action, Action};
@@ -106,7 +105,7 @@ impl<B, K> RateLimitLayer<B, K> {
         let c = &self.config;
         RateLimitLayer {
             config: Arc::new(Config {
-                backend: Fallback::new(backend, c.settings.failure),
+                backend: c.settings.fallback(backend),
                 key: c.key.clone(),
                 settings: Arc::clone(&c.settings),
                 stats: Arc::clone(&c.stats),
@@ -142,7 +141,7 @@ impl<B, K> RateLimitLayer<B, K> {
         settings.failure = failure;
         RateLimitLayer {
             config: Arc::new(Config {
-                backend: Fallback::new(c.backend.inner().clone(), failure),
+                backend: settings.fallback(c.backend.inner().clone()),
                 key: c.key.clone(),
                 settings: Arc::new(settings),
                 stats: Arc::clone(&c.stats),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
-use turnstile_core::wrap::Fallback;
-use turnstile_core::{BackendError, FailurePolicy};
+use turnstile_core::wrap::{Fallback, Share, DEFAULT_FALLBACK_MAX_KEYS};
+use turnstile_core::{BackendError, FailurePolicy, MemoryBackend};
 
 use crate::action::Action;
 use crate::key::{KeyError, KeyLogging, MissingKey, RequestRef};
@@ -35,6 +35,8 @@ pub(crate) struct Settings {
     pub(crate) exempt_keys: HashSet<Box<str>>,
     pub(crate) action: Action,
     pub(crate) failure: FailurePolicy,
+    /// What a key never seen starts a backend outage with, under `FailurePolicy::Local`.
+    pub(crate) unknown_share: Share,
     pub(crate) missing_key: MissingKey,
     pub(crate) headers_on_allowed: bool,
     pub(crate) legacy_headers: bool,
@@ -56,6 +58,16 @@ impl Stats {
     /// How many requests shadow mode admitted that enforcing would have denied.
     pub(crate) fn shadow_denied(&self) -> u64 {
         self.shadow_denied.load(Ordering::Relaxed)
+    }
+}
+
+impl Settings {
+    /// `backend` behind the local fallback these settings ask for.
+    pub(crate) fn fallback<B>(&self, backend: B) -> Fallback<B> {
+        let local = MemoryBackend::builder()
+            .max_keys(DEFAULT_FALLBACK_MAX_KEYS)
+            .build();
+        Fallback::with_local_share(backend, self.failure, local, self.unknown_share)
     }
 }
 

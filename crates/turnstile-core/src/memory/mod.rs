@@ -244,6 +244,11 @@ impl<C> MemoryBackend<C> {
         self.inner.keys.load(Ordering::Relaxed)
     }
 
+    /// The cap on tracked keys, if any.
+    pub fn max_keys(&self) -> Option<usize> {
+        self.inner.max_keys
+    }
+
     /// Whether no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -157,3 +157,23 @@ impl<C: Clock> Quotas for MemoryBackend<C> {
         }))
     }
 }
+
+impl<C> MemoryBackend<C> {
+    /// Drops `key`'s state under each of `policies` (by name), keeping its configuration and
+    /// version: for a local fallback priming a key from what the backend last said.
+    pub(crate) fn forget_policies<'p>(
+        &self,
+        key: &str,
+        policies: impl IntoIterator<Item = &'p Policy>,
+        now_ms: u64,
+    ) {
+        let mut shard = self.shard(key);
+        let Some(entry) = shard.map.get_mut(key) else {
+            return;
+        };
+        for p in policies {
+            entry.slots.retain(|s| s.policy.name() != p.name());
+        }
+        entry.settle(now_ms);
+    }
+}

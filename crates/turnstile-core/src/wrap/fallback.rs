@@ -9,6 +9,7 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use super::learned::Learned;
 use crate::backend::{Backend, BackendError, CheckResult, Quotas};
 use crate::clock::{Clock, SystemClock};
 use crate::failure::{FailurePolicy, OnError};
@@ -18,7 +19,53 @@ use crate::metric_names as names;
 use crate::policy::Policy;
 use crate::quota::{KeyConfig, Limits};
 
-/// The default cap on keys a [`Fallback`] tracks in memory: 1,000,000.
+/// A share of a policy's capacity, from 0 to 1, in millionths: what a key the backend never
+/// answered for starts an outage with under a [`Fallback`] (rounded down to whole units).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Share(u32);
+
+impl Share {
+    /// The whole capacity (the default).
+    pub const ALL: Share = Share(1_000_000);
+
+    /// `share` of the capacity, 0 to 1.
+    ///
+    /// # Errors
+    /// [`InvalidShare`] for a value outside 0 to 1, or not a number.
+    pub fn new(share: f64) -> Result<Self, InvalidShare> {
+        if (0.0..=1.0).contains(&share) {
+            Ok(Share((share * 1_000_000.0).floor() as u32))
+        } else {
+            Err(InvalidShare(share.to_string()))
+        }
+    }
+
+    /// The share in millionths.
+    pub fn ppm(self) -> u64 {
+        u64::from(self.0)
+    }
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share::ALL
+    }
+}
+
+/// A share outside 0 to 1 (see [`Share::new`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidShare(pub String);
+
+impl fmt::Display for InvalidShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a share of the capacity is 0 to 1, not {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidShare {}
+
+/// The default cap on keys a [`Fallback`] tracks in memory: 1,000,000. The same cap bounds
+/// the backend answers it remembers.
 pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 
 /// A [`Backend`] that follows a [`FailurePolicy`]: under [`FailurePolicy::Local`], a check
@@ -26,8 +73,14 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 /// [`MemoryBackend`] with the same policies; every other error, and every error under `Open`
 /// or `Closed`, is returned for the caller to handle.
 ///
-/// The local state is this process's alone: while the backend is away, a fleet of N
-/// processes admits up to N times the limit. A wrapped backend that is itself local
+/// The fallback starts each key from what this process last learned from the backend: the
+/// `remaining` r of each policy at the time of the backend's last answer for the key,
+/// refilling from there at the policy's own rate; a key the backend never answered for starts
+/// with a share s of each policy's capacity ([`Fallback::with_local_share`], default 1:
+/// the whole capacity). Per key and process, an outage so admits at most r + what the policy
+/// refills over the outage (a known key) or s·capacity + the refill (an unknown key); a fleet
+/// of N processes at most N times that. The learned answers are bounded by the local key cap.
+/// A wrapped backend that is itself local
 /// ([`Backend::is_local`]) is never stood in for. The first check the fallback decides logs
 /// one warning (`tracing`), the first success afterwards one recovery: one incident, one
 /// pair of lines. Quota operations ([`Quotas`]) are forwarded, never decided locally.
@@ -54,7 +107,10 @@ struct Shared<C> {
     policy: FailurePolicy,
     /// Whether the fallback is deciding (an incident is open).
     incident: AtomicBool,
+    /// Incidents opened so far (the current one's number while one is open).
+    incidents: AtomicU64,
     decisions: AtomicU64,
+    learned: Learned,
 }
 
 impl<B: Clone, C> Clone for Fallback<B, C> {
@@ -91,13 +147,27 @@ impl<B, C> Fallback<B, C> {
     /// Wraps `inner`, following `policy`, with `local` as the local backend (its clock, key
     /// cap and shards).
     pub fn with_local(inner: B, policy: FailurePolicy, local: MemoryBackend<C>) -> Self {
+        Self::with_local_share(inner, policy, local, Share::ALL)
+    }
+
+    /// As [`Fallback::with_local`], where a key the backend never answered for starts an
+    /// outage with `unknown` of each policy's capacity (see [`Share`]) instead of all of it.
+    pub fn with_local_share(
+        inner: B,
+        policy: FailurePolicy,
+        local: MemoryBackend<C>,
+        unknown: Share,
+    ) -> Self {
+        let max_keys = local.max_keys().unwrap_or(DEFAULT_FALLBACK_MAX_KEYS);
         Fallback {
             inner,
             shared: Arc::new(Shared {
                 local,
                 policy,
                 incident: AtomicBool::new(false),
+                incidents: AtomicU64::new(0),
                 decisions: AtomicU64::new(0),
+                learned: Learned::new(max_keys, unknown.ppm()),
             }),
         }
     }
@@ -115,6 +185,12 @@ impl<B, C> Fallback<B, C> {
     /// The failure policy followed.
     pub fn policy(&self) -> FailurePolicy {
         self.shared.policy
+    }
+
+    /// How many keys' last backend answers the fallback remembers (bounded by the local key
+    /// cap).
+    pub fn learned_keys(&self) -> usize {
+        self.shared.learned.len()
     }
 
     /// Checks decided locally since the wrapper was built (all clones together).
@@ -171,8 +247,10 @@ impl<C: Clock> Retry<C> {
     /// The answer for a check whose backend call ended with `result`.
     fn settle(self, result: CheckResult) -> CheckResult {
         let s = &*self.shared;
+        let now = self.now_ms.unwrap_or_else(|| s.local.clock().now_ms());
         let error = match result {
             Ok(decision) => {
+                s.learned.record(&self.key, now, &decision);
                 if s.incident.load(Ordering::Relaxed) && s.incident.swap(false, Ordering::Relaxed) {
                     tracing::info!("rate-limit backend answers again; the local fallback stops");
                 }
@@ -184,6 +262,7 @@ impl<C: Clock> Retry<C> {
             return Err(error);
         }
         if !s.incident.swap(true, Ordering::Relaxed) {
+            s.incidents.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
             metrics::counter!(names::FALLBACK_ACTIVATIONS_TOTAL, names::LABEL_KIND => error.kind())
                 .increment(1);
@@ -194,11 +273,14 @@ impl<C: Clock> Retry<C> {
             );
         }
         s.decisions.fetch_add(1, Ordering::Relaxed);
+        let incident = s.incidents.load(Ordering::Relaxed).max(1);
+        s.learned
+            .prime(&s.local, &self.key, &self.limits, incident, now);
         #[cfg(feature = "metrics")]
         metrics::counter!(names::FALLBACK_DECISIONS_TOTAL).increment(1);
         let ready: Ready<CheckResult> =
             s.local
-                .check_limits(&self.key, &self.limits, self.cost, self.now_ms);
+                .check_limits(&self.key, &self.limits, self.cost, Some(now));
         ready.into_inner()
     }
 }

@@ -12,9 +12,10 @@
 
 mod deny_cache;
 mod fallback;
+mod learned;
 
 pub use deny_cache::{DenyCache, DenyCacheFuture, DEFAULT_DENY_CACHE_MAX};
-pub use fallback::{Fallback, FallbackFuture, DEFAULT_FALLBACK_MAX_KEYS};
+pub use fallback::{Fallback, FallbackFuture, InvalidShare, Share, DEFAULT_FALLBACK_MAX_KEYS};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{DenyCache, Fallback};
+use super::{DenyCache, Fallback, Share};
 use crate::backend::{Backend, BackendError, CheckResult, Quotas};
 use crate::clock::ManualClock;
 use crate::failure::FailurePolicy;
@@ -79,11 +79,11 @@ fn fallback_decides_locally_only_under_local_and_only_what_the_table_says() {
     assert!(now(fb.check_limits("k", &l, 1, None)).unwrap().allowed());
     assert_eq!(fb.local_decisions(), 0);
     remote.down.store(true, Ordering::Relaxed);
-    // The local state starts fresh: 2 admitted, then denied, all on this process alone.
+    // The local state starts from what the backend last said (1 of 2 left), not afresh.
     let got: Vec<bool> = (0..3)
         .map(|_| now(fb.check_limits("k", &l, 1, None)).unwrap().allowed())
         .collect();
-    assert_eq!(got, [true, true, false]);
+    assert_eq!(got, [true, false, false]);
     assert_eq!(fb.local_decisions(), 3);
     remote.down.store(false, Ordering::Relaxed);
     // Back: the backend's own state (1 used) decides again.
@@ -91,7 +91,7 @@ fn fallback_decides_locally_only_under_local_and_only_what_the_table_says() {
         now(fb.check_limits("k", &l, 1, None)).unwrap().remaining(),
         0
     );
-    assert_eq!(fb.local_decisions(), 3);
+    assert_eq!(fb.local_decisions(), 4 - 1);
 
     for policy in [FailurePolicy::Open, FailurePolicy::Closed] {
         let fb = Fallback::new(remote.clone(), policy);
@@ -192,4 +192,106 @@ fn deny_cache_spares_the_backend_a_flood() {
             .allowed());
     }
     assert_eq!(cached.hits(), 100);
+}
+
+#[test]
+fn the_fallback_does_not_hand_out_a_fresh_quota_at_every_incident() {
+    // Issue 12, fault 4: a node Redis had just told "0 left" admitted the whole limit again.
+    let clock = ManualClock::new(1_000);
+    let bucket = limits("token-bucket:limit=10,period=10s");
+    let remote = Flaky::new(&clock, unreachable_redis);
+    let local = MemoryBackend::builder().clock(clock.clone()).build();
+    let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, local);
+    for _ in 0..10 {
+        assert!(now(fb.check_limits("k", &bucket, 1, None))
+            .unwrap()
+            .allowed());
+    }
+    assert!(!now(fb.check_limits("k", &bucket, 1, None))
+        .unwrap()
+        .allowed());
+
+    // An outage 2.5 s later: what refilled since the last answer (2 tokens), no more.
+    clock.advance(Duration::from_millis(2_500));
+    remote.down.store(true, Ordering::Relaxed);
+    let admitted = (0..10)
+        .filter(|_| {
+            now(fb.check_limits("k", &bucket, 1, None))
+                .unwrap()
+                .allowed()
+        })
+        .count();
+    assert_eq!(admitted, 2);
+    // It refills at the policy's rate during the outage.
+    clock.advance(Duration::from_secs(1));
+    let admitted = (0..10)
+        .filter(|_| {
+            now(fb.check_limits("k", &bucket, 1, None))
+                .unwrap()
+                .allowed()
+        })
+        .count();
+    assert_eq!(admitted, 1);
+
+    // The backend answers again (its state: 0 left at the last answer, refilled since), then
+    // fails again: the second incident starts from the backend's newest answer, not from
+    // what the first incident left locally.
+    remote.down.store(false, Ordering::Relaxed);
+    clock.advance(Duration::from_secs(5));
+    let d = now(fb.check_limits("k", &bucket, 1, None)).unwrap();
+    // The backend saw none of the outage: 8.5 tokens refilled since its last admission at 1 s.
+    assert_eq!(d.remaining(), 7, "{d:?}");
+    remote.down.store(true, Ordering::Relaxed);
+    let admitted = (0..20)
+        .filter(|_| {
+            now(fb.check_limits("k", &bucket, 1, None))
+                .unwrap()
+                .allowed()
+        })
+        .count();
+    assert_eq!(u64::try_from(admitted).unwrap(), d.remaining());
+}
+
+#[test]
+fn a_key_never_seen_starts_with_the_configured_share() {
+    let clock = ManualClock::new(0);
+    let window = limits("fixed-window:limit=10,period=1h");
+    let remote = Flaky::new(&clock, unreachable_redis);
+    remote.down.store(true, Ordering::Relaxed);
+    for (share, expected) in [(1.0, 10), (0.25, 2), (0.0, 0)] {
+        let local = MemoryBackend::builder().clock(clock.clone()).build();
+        let fb = Fallback::with_local_share(
+            remote.clone(),
+            FailurePolicy::Local,
+            local,
+            Share::new(share).unwrap(),
+        );
+        let admitted = (0..20)
+            .filter(|_| {
+                now(fb.check_limits("new", &window, 1, None))
+                    .unwrap()
+                    .allowed()
+            })
+            .count();
+        assert_eq!(admitted, expected, "share {share}");
+    }
+    assert!(Share::new(1.5).is_err());
+    assert!(Share::new(f64::NAN).is_err());
+    assert!(Share::new(-0.1).is_err());
+}
+
+#[test]
+fn learned_answers_are_bounded_by_the_local_key_cap() {
+    let clock = ManualClock::new(0);
+    let window = limits("fixed-window:limit=3,period=1h");
+    let remote = Flaky::new(&clock, unreachable_redis);
+    let local = MemoryBackend::builder()
+        .clock(clock.clone())
+        .max_keys(32)
+        .build();
+    let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, local);
+    for i in 0..1_000 {
+        now(fb.check_limits(&format!("k{i}"), &window, 1, None)).unwrap();
+    }
+    assert!(fb.learned_keys() <= 32 + 16, "{}", fb.learned_keys());
 }
