@@ -14,6 +14,9 @@ use crate::quota::Limits;
 
 const SHARDS: usize = 16;
 
+/// One shard: each key's last answer.
+type Shard = HashMap<Box<str>, Seen>;
+
 /// The last answer the backend gave for one key: each policy's `remaining` at `at_ms`.
 #[derive(Debug, Default)]
 struct Seen {
@@ -26,7 +29,7 @@ struct Seen {
 /// Per key, the backend's last answer; bounded (`max` keys over all shards).
 #[derive(Debug)]
 pub(super) struct Learned {
-    shards: Box<[Mutex<HashMap<Box<str>, Seen>>]>,
+    shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     max_per_shard: usize,
     /// The share s of the capacity a key the backend never answered for starts with, in
@@ -44,7 +47,7 @@ impl Learned {
         }
     }
 
-    fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Seen>> {
+    fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, Shard> {
         let i = (self.hasher.hash_one(key) as usize) % SHARDS;
         self.shards[i]
             .lock()
