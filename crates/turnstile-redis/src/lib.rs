@@ -35,9 +35,15 @@
 
 mod backend;
 mod builder;
+mod cluster;
+mod conn;
+mod fault;
+mod health;
 mod keys;
 mod quotas;
 mod script;
+mod sentinel;
+mod server;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
 pub use builder::{
@@ -45,5 +51,7 @@ pub use builder::{
     DEFAULT_TIMEOUT,
 };
 pub use deadpool_redis::redis;
+pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
+pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};
