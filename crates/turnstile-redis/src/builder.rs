@@ -168,7 +168,10 @@ impl<C> RedisBackendBuilder<C> {
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
             return Err(InvalidRedisConfig::Prefix(self.prefix));
         }
-        let health = self.health.validate()?;
+        if self.health.failure_threshold == 0 {
+            return Err(InvalidRedisConfig::FailureThreshold(0));
+        }
+        let health = self.health;
         // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
         // would cut in first on a loaded machine and fail calls we are willing to wait for.
         let connect_timeout = self.timeout.max(Duration::from_secs(1));
@@ -237,6 +240,29 @@ impl<C> RedisBackendBuilder<C> {
                 stats: Counters::default(),
             }),
         })
+    }
+}
+
+// Node health (see `health.rs`).
+impl<C> RedisBackendBuilder<C> {
+    /// How many failed rounds in a row make a node count as down (default
+    /// [`DEFAULT_FAILURE_THRESHOLD`](crate::DEFAULT_FAILURE_THRESHOLD), at least 1).
+    ///
+    /// A round is a failure (a refused or lost connection, a timeout, `READONLY`, `LOADING`,
+    /// `MASTERDOWN`, `BUSY`, `OOM`, a Cluster error the Cluster client gave up on) of a call
+    /// that began after the node's previous counted failure, so calls that stalled together
+    /// count once, and any answer from the node ends the streak. A timeout fails only the
+    /// request that timed out. While a node is down, checks of its keys fail fast with a
+    /// [`BackendError::Connection`](turnstile_core::BackendError::Connection) holding
+    /// [`NodeDown`](crate::NodeDown); after the retry interval ([`retry_interval`](Self::retry_interval)) one
+    /// check goes through as a probe and brings the node back when it succeeds. On a Cluster
+    /// health is kept per master: a dead master never fails the keys of the others.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) returns [`InvalidRedisConfig::FailureThreshold`] for 0.
+    pub fn failure_threshold(mut self, rounds: u32) -> Self {
+        self.health.failure_threshold = rounds;
+        self
     }
 }
 

@@ -19,8 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::builder::{InvalidRedisConfig, RedisBackendBuilder};
-
 /// The default number of consecutive failed rounds after which a node counts as down: 3.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
 
@@ -35,39 +33,6 @@ impl Default for HealthConfig {
         HealthConfig {
             failure_threshold: DEFAULT_FAILURE_THRESHOLD,
         }
-    }
-}
-
-impl HealthConfig {
-    /// # Errors
-    /// [`InvalidRedisConfig::FailureThreshold`] for a threshold of 0.
-    pub(crate) fn validate(self) -> Result<Self, InvalidRedisConfig> {
-        if self.failure_threshold == 0 {
-            return Err(InvalidRedisConfig::FailureThreshold(0));
-        }
-        Ok(self)
-    }
-}
-
-impl<C> RedisBackendBuilder<C> {
-    /// How many failed rounds in a row make a node count as down (default
-    /// [`DEFAULT_FAILURE_THRESHOLD`], at least 1).
-    ///
-    /// A round is a failure (a refused or lost connection, a timeout, `READONLY`, `LOADING`,
-    /// `MASTERDOWN`, `BUSY`, `OOM`, a Cluster error the Cluster client gave up on) of a call
-    /// that began after the node's previous counted failure, so calls that stalled together
-    /// count once, and any answer from the node ends the streak. A timeout fails only the
-    /// request that timed out. While a node is down, checks of its keys fail fast with a
-    /// [`BackendError::Connection`](turnstile_core::BackendError::Connection) holding
-    /// [`NodeDown`]; after the retry interval ([`retry_interval`](Self::retry_interval)) one
-    /// check goes through as a probe and brings the node back when it succeeds. On a Cluster
-    /// health is kept per master: a dead master never fails the keys of the others.
-    ///
-    /// # Errors
-    /// [`build`](Self::build) returns [`InvalidRedisConfig::FailureThreshold`] for 0.
-    pub fn failure_threshold(mut self, rounds: u32) -> Self {
-        self.health.failure_threshold = rounds;
-        self
     }
 }
 
