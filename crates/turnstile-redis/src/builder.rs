@@ -78,8 +78,8 @@ impl RedisBackend<SystemClock> {
     /// A builder for Redis at `url`: `redis://[user:password@]host:port[/db]`
     /// (`rediss://` for TLS with the `tls` feature). Several comma-separated URLs are the seed
     /// nodes of a Redis Cluster. With the `sentinel` feature,
-    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]` names
-    /// Redis Sentinels (port 26379 by default) and the service whose primary they report:
+    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]` (or
+    /// `redis-sentinel://`) names Redis Sentinels (port 26379 by default) and the service whose primary they report:
     /// the credentials and database are the primary's (the Sentinels are asked without
     /// credentials), and every new connection asks the Sentinels again, so a failover is
     /// followed.

@@ -13,6 +13,9 @@ use deadpool_redis::redis::{
 /// The scheme of Sentinel URLs.
 pub(crate) const SCHEME: &str = "redis+sentinel://";
 
+/// The same scheme as Lettuce and Spring Data Redis spell it, also accepted.
+const SCHEME_ALIAS: &str = "redis-sentinel://";
+
 /// The default Sentinel port.
 const SENTINEL_PORT: u16 = 26379;
 
@@ -38,9 +41,11 @@ impl fmt::Debug for SentinelSpec {
 
 /// Whether `url` is a Sentinel URL.
 pub(crate) fn is_sentinel(url: &str) -> bool {
-    url.trim()
-        .get(..SCHEME.len())
-        .is_some_and(|s| s.eq_ignore_ascii_case(SCHEME))
+    let url = url.trim();
+    [SCHEME, SCHEME_ALIAS].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+    })
 }
 
 fn percent_decode(s: &str) -> Result<String, String> {
@@ -99,6 +104,7 @@ impl SentinelSpec {
         if !is_sentinel(url) {
             return Err(format!("{url:?} does not start with {SCHEME}"));
         }
+        // Both schemes have the same length.
         let rest = &url[SCHEME.len()..];
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (userinfo, hosts) = match authority.rsplit_once('@') {
@@ -233,6 +239,8 @@ mod tests {
         assert!(!format!("{s:?}").contains("p@ss"));
         let s = SentinelSpec::parse("REDIS+SENTINEL://:secret@h/m").unwrap();
         assert_eq!((s.username, s.password.as_deref()), (None, Some("secret")));
+        let s = SentinelSpec::parse("redis-sentinel://h:26380/m").unwrap();
+        assert_eq!(s.name(), "redis+sentinel://h:26380/m");
     }
 
     #[test]
