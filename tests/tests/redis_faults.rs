@@ -392,6 +392,11 @@ async fn sentinel_failover_moves_checks_to_the_new_primary() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let resumed = killed.elapsed();
+    // Within the Sentinel's own bound: down-after-milliseconds + failover-timeout.
+    assert!(
+        resumed < Duration::from_millis(5500),
+        "resumed after {resumed:?}"
+    );
     // The replica became the primary, with the state it replicated.
     assert_eq!(first.remaining(), 96);
     assert!(query(replica.port(), "INFO replication")

@@ -200,14 +200,13 @@ impl ClusterConn {
             .run(&mut RandomNode(&mut conn), &self.name)
             .await
             .map_err(refused)?;
-        // Best effort: without the map, health is kept for the Cluster as a whole until a
-        // background refresh succeeds.
-        let _ = self.slots.refresh(&mut conn).await;
         self.connects.fetch_add(1, Ordering::Relaxed);
         *self
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
+        // Until the map arrives, health is kept for the Cluster as a whole.
+        self.refresh_in_background();
         Ok(conn)
     }
 
