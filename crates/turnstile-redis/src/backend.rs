@@ -33,8 +33,8 @@ pub(crate) enum Target {
     Cluster(ClusterConn),
 }
 
-/// A [`Backend`] in Redis — a single node or a Cluster — so every process of a fleet
-/// enforces one limit.
+/// A [`Backend`] in Redis — a single node, a Cluster, or the primary Redis Sentinel names
+/// (feature `sentinel`) — so every process of a fleet enforces one limit.
 ///
 /// Each check is **one** `EVALSHA` of the check script (composed from the files in `lua/`)
 /// with one key per policy, all in one Cluster slot: all-or-nothing and atomic across every

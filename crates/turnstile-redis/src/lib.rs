@@ -1,5 +1,7 @@
-//! The Redis backend of [turnstile]: one limit for a whole fleet, on a single Redis node or a
-//! Redis Cluster.
+//! The Redis backend of [turnstile]: one limit for a whole fleet, on a single Redis node, a
+//! Redis Cluster, or the primary Redis Sentinel names (feature `sentinel`). Redis 5.0 or later
+//! ([`MIN_REDIS_VERSION`]); failover, restarts and overload are handled as
+//! [`RedisBackend`]'s docs say.
 //!
 //! ```no_run
 //! use std::time::Duration;
