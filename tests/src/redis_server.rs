@@ -89,22 +89,33 @@ impl RedisServer {
 
     /// (Re)starts the server on the same port and waits until it answers `PING`.
     pub fn restart(&mut self) {
-        self.kill();
         let port = self.port.to_string();
+        let mut args: Vec<String> = [
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(self.extra.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.launch(&args);
+    }
+
+    /// Kills the server if it runs, starts `redis-server ARGS` in its folder and waits until
+    /// it answers `PING`.
+    fn launch(&mut self, args: &[&str]) {
+        self.kill();
         let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port,
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-            ])
-            .args(&self.extra)
+            .args(args)
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -182,16 +193,22 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts `n` (≥ 3) cluster-enabled servers and joins them; waits for `cluster_state:ok`.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, &["--cluster-node-timeout", "5000"])
+    }
+
+    /// As [`RedisCluster::start`], with extra arguments for every node (e.g.
+    /// `--cluster-node-timeout 1000`, `--cluster-require-full-coverage no`).
+    pub fn start_with(n: usize, extra: &[&str]) -> Self {
         let nodes: Vec<RedisServer> = (0..n)
             .map(|_| {
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start_with(&args)
             })
             .collect();
         let addrs: Vec<String> = nodes
@@ -238,5 +255,146 @@ impl RedisCluster {
     /// The nodes.
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
+    }
+
+    /// The nodes, to kill or restart one.
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
+    /// The index in [`RedisCluster::nodes`] of the master serving `key`'s slot, as the
+    /// Cluster reports it (`CLUSTER KEYSLOT`, `CLUSTER NODES`).
+    pub fn node_of_key(&self, key: &str) -> usize {
+        let port = self.nodes[0].port();
+        let slot: u16 = command(port, &format!("CLUSTER KEYSLOT {key}"))
+            .unwrap()
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .unwrap();
+        let nodes = query(port, "CLUSTER NODES").unwrap();
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() < 9 || !f[2].contains("master") {
+                continue;
+            }
+            let node_port: u16 = f[1]
+                .split('@')
+                .next()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap();
+            let serves = f[8..].iter().any(|r| {
+                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                match (a.parse::<u16>(), b.parse::<u16>()) {
+                    (Ok(a), Ok(b)) => (a..=b).contains(&slot),
+                    _ => false,
+                }
+            });
+            if serves {
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port() == node_port)
+                    .unwrap();
+            }
+        }
+        panic!("no master serves slot {slot} of {key:?}");
+    }
+}
+
+/// Sends one inline command and returns its whole reply as text: a bulk string's content
+/// (e.g. `INFO`, `CLUSTER NODES`), or the first line of any other reply.
+pub fn query(port: u16, cmd: &str) -> std::io::Result<String> {
+    let s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    (&s).write_all(format!("{cmd}\r\n").as_bytes())?;
+    let mut r = std::io::BufReader::new(&s);
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut r, &mut first)?;
+    let Some(len) = first.strip_prefix('$') else {
+        return Ok(first);
+    };
+    let len: i64 = len.trim().parse().unwrap_or(-1);
+    if len < 0 {
+        return Ok(String::new());
+    }
+    let mut body = vec![0u8; usize::try_from(len).unwrap_or(0) + 2];
+    r.read_exact(&mut body)?;
+    body.truncate(body.len() - 2);
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `within`.
+pub fn wait_for(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A replica of the server on `primary_port`, started with `--replicaof`; returns once its
+/// link to the primary is up.
+pub fn start_replica(primary_port: u16, extra: &[&str]) -> RedisServer {
+    let primary = primary_port.to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", primary.as_str()];
+    args.extend_from_slice(extra);
+    let replica = RedisServer::start_with(&args);
+    wait_for(
+        Duration::from_secs(10),
+        "the replica's link to its primary",
+        || {
+            query(replica.port(), "INFO replication")
+                .is_ok_and(|i| i.contains("master_link_status:up"))
+        },
+    );
+    replica
+}
+
+/// A Redis Sentinel (`redis-server <config> --sentinel`) on a free port, monitoring the
+/// primary on `primary_port` as `service` with a quorum of 1; killed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    server: RedisServer,
+}
+
+impl RedisSentinel {
+    /// Starts a Sentinel that finds the primary down after `down_after_ms` without an answer
+    /// and fails over within `failover_timeout_ms`; returns once it answers `PING`.
+    pub fn start(
+        primary_port: u16,
+        service: &str,
+        down_after_ms: u64,
+        failover_timeout_ms: u64,
+    ) -> Self {
+        let port = free_port();
+        let dir = scratch_dir(port);
+        let config = dir.join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+                 sentinel monitor {service} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {service} {down_after_ms}\n\
+                 sentinel failover-timeout {service} {failover_timeout_ms}\n\
+                 sentinel parallel-syncs {service} 1\n",
+                dir = dir.display()
+            ),
+        )
+        .expect("a Sentinel configuration file");
+        let mut server = RedisServer {
+            port,
+            dir,
+            extra: Vec::new(),
+            child: None,
+        };
+        server.launch(&[config.to_string_lossy().as_ref(), "--sentinel"]);
+        RedisSentinel { server }
+    }
+
+    /// The Sentinel's port.
+    pub fn port(&self) -> u16 {
+        self.server.port()
     }
 }

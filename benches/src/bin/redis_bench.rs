@@ -58,8 +58,8 @@ struct Run {
     /// Concurrent tasks, each checking one request at a time.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
-    /// The connection pool's size (default: the concurrency, one connection per task, as
-    /// redis-benchmark opens one per client; 0: the backend's default pool).
+    /// Ignored, kept so scripts that pass it still run: the backend has no pool since issue
+    /// 12 (every task shares one multiplexed connection per node).
     #[arg(long)]
     pool: Option<usize>,
     /// Measured time in ms (after a 500 ms warm-up).
@@ -111,15 +111,11 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     let policies: Arc<[Policy]> = Arc::from([spec.parse::<Policy>()?]);
     // The default prefix and hashed keys: the key names redis-benchmark is given have the
     // same shape and length.
-    let mut builder = RedisBackend::builder(run.url.clone())
+    let _ignored = run.pool;
+    let backend = RedisBackend::builder(run.url.clone())
         // Long enough that a loaded single core never times a call out.
-        .timeout(Duration::from_secs(10));
-    match run.pool {
-        Some(0) => {}
-        Some(n) => builder = builder.pool_size(n),
-        None => builder = builder.pool_size(run.concurrency.max(1)),
-    }
-    let backend = builder.build()?;
+        .timeout(Duration::from_secs(10))
+        .build()?;
     // The deny cache as the examples use it: `DenyCache::new`, capped at 1 s.
     let cached = DenyCache::new(backend.clone());
     let limits = Limits::new(policies.iter().cloned())?;
@@ -161,8 +157,8 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
         stats_after.get(cmd).copied().unwrap_or(0) - stats_before.get(cmd).copied().unwrap_or(0)
     };
     let evalsha = delta("evalsha");
-    // Commands the client sends besides the script: deadpool-redis checks each connection it
-    // hands out with a pipelined UNWATCH + PING (one more round trip per check).
+    // Commands the client sends besides the script (a connection pool's health checks would
+    // show here; the backend's shared connection sends none).
     let ping = delta("ping");
 
     let mut lat: Vec<u64> = Vec::new();

@@ -7,14 +7,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::cluster;
-use deadpool_redis::redis::{self, RedisError, Script};
+use deadpool_redis::redis::{self, Script};
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy, SystemClock,
     Unconfigured,
 };
 
+use crate::cluster::{slot_of, ClusterConn};
+use crate::conn::NodeConn;
+use crate::fault::{redis_error, Failed, Fault};
+use crate::health::{Change, Health, HealthConfig, NodeDown};
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
 use crate::script::{check_args, parse_config, parse_reply, Op, Sets};
 
@@ -22,18 +25,16 @@ use crate::script::{check_args, parse_config, parse_reply, Op, Sets};
 /// times are not the server's time, so a TTL derived from them could expire state mid-run.
 pub const SIMULATION_MIN_TTL: Duration = Duration::from_secs(600);
 
-pub(crate) enum Pool {
-    /// A single node: deadpool makes the connections; one multiplexed connection taken out
-    /// of it serves every call (pipelined), so no call pays the pool's recycling `PING`.
-    Single {
-        pool: deadpool_redis::Pool,
-        shared: std::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
-    },
-    Cluster(cluster::Pool),
+/// What the backend talks to.
+pub(crate) enum Target {
+    /// A single node, or the primary Sentinels name: one shared multiplexed connection.
+    Single(NodeConn),
+    /// A Cluster: one shared Cluster connection, health per master.
+    Cluster(ClusterConn),
 }
 
-/// A [`Backend`] in Redis — a single node or a Cluster — so every process of a fleet
-/// enforces one limit.
+/// A [`Backend`] in Redis — a single node, a Cluster, or the primary Redis Sentinel names
+/// (feature `sentinel`) — so every process of a fleet enforces one limit.
 ///
 /// Each check is **one** `EVALSHA` of the check script (composed from the files in `lua/`)
 /// with one key per policy, all in one Cluster slot: all-or-nothing and atomic across every
@@ -46,13 +47,25 @@ pub(crate) enum Pool {
 /// records a fingerprint of the policy's parameters: when a policy changes, its keys start
 /// fresh.
 ///
-/// Every call is bounded by a timeout ([`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT)). When
-/// Redis is unreachable or times out, the backend leaves it alone for a retry interval
-/// ([`DEFAULT_RETRY_INTERVAL`](crate::DEFAULT_RETRY_INTERVAL)), failing fast with a
-/// [`BackendError::Connection`] naming the node, then tries it again. What a request gets
-/// then is the caller's failure policy (`turnstile_core::FailurePolicy`: the tower layer
-/// falls back to a local limiter by default); the local deny cache is
+/// Every call is bounded by a timeout ([`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT)); a
+/// timeout fails only the request that timed out. A call that provably did not run the script
+/// (no connection could be made; the node answered `READONLY`, `LOADING` or `MASTERDOWN`, as a
+/// demoted primary does) is retried once on a fresh connection within the same timeout; one
+/// that may have run (a timeout, a connection lost after the write) never is, so nothing is
+/// charged twice. A node counts as down only on evidence — several failed rounds in a row
+/// ([`failure_threshold`](crate::RedisBackendBuilder::failure_threshold)), per master on a
+/// Cluster — and then its checks fail fast with a [`BackendError::Connection`] holding
+/// [`NodeDown`] until, after the retry interval
+/// ([`DEFAULT_RETRY_INTERVAL`](crate::DEFAULT_RETRY_INTERVAL)), one check probes it back.
+/// What a request gets then is the caller's failure policy (`turnstile_core::FailurePolicy`:
+/// the tower layer falls back to a local limiter by default); the local deny cache is
 /// `turnstile_core::wrap::DenyCache`.
+///
+/// Each new connection checks the server: one older than
+/// [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION) is refused with
+/// [`UnsupportedRedisVersion`](crate::UnsupportedRedisVersion) (logged once), and a
+/// `maxmemory-policy` other than `noeviction`, which would silently evict limiter state, is
+/// warned about once (when the server lets us read it).
 ///
 /// # Examples
 /// ```no_run
@@ -84,7 +97,7 @@ impl<C> Clone for RedisBackend<C> {
 impl<C> fmt::Debug for RedisBackend<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("cluster", &matches!(self.inner.pool, Pool::Cluster(_)))
+            .field("cluster", &matches!(self.inner.target, Target::Cluster(_)))
             .field("prefix", &self.inner.prefix)
             .field("keys", &self.inner.keys)
             .field("timeout", &self.inner.timeout)
@@ -93,7 +106,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
 }
 
 pub(crate) struct Inner<C> {
-    pub(crate) pool: Pool,
+    pub(crate) target: Target,
     pub(crate) script: Script,
     pub(crate) config_script: Script,
     pub(crate) prefix: String,
@@ -104,8 +117,9 @@ pub(crate) struct Inner<C> {
     pub(crate) retry_interval: Duration,
     /// Times the retry interval.
     pub(crate) clock: C,
-    /// Local time (ms) before which Redis is not tried again after it was found unreachable.
-    pub(crate) down_until_ms: AtomicU64,
+    pub(crate) health_config: HealthConfig,
+    /// Per node: whether it counts as down.
+    pub(crate) health: Health,
     pub(crate) stats: Counters,
 }
 
@@ -120,6 +134,9 @@ pub(crate) struct Counters {
 pub struct RedisStats {
     /// Check-script calls sent to Redis (checks, refunds, resets).
     pub redis_calls: u64,
+    /// Connections made (single node or Sentinel: multiplexed connections, each replacing a
+    /// closed one or one to a node that could not serve; Cluster: Cluster connections).
+    pub connects: u64,
 }
 
 impl<C: Clock> RedisBackend<C> {
@@ -143,14 +160,25 @@ impl<C: Clock> RedisBackend<C> {
         )
     }
 
-    /// What this backend has done since it was built: Redis calls.
+    /// What this backend has done since it was built: Redis calls, connections made.
     pub fn stats(&self) -> RedisStats {
         RedisStats {
             redis_calls: self.inner.stats.redis_calls.load(Ordering::Relaxed),
+            connects: match &self.inner.target {
+                Target::Single(n) => n.connects(),
+                Target::Cluster(c) => c.connects(),
+            },
         }
     }
 
-    /// Runs one call of the check script on Redis only: no timeout, no failure policy.
+    /// The nodes that count as down now (see
+    /// [`failure_threshold`](crate::RedisBackendBuilder::failure_threshold)), sorted: the
+    /// node's name on a single node, `host:port` of each master on a Cluster.
+    pub fn nodes_down(&self) -> Vec<String> {
+        self.inner.health.down()
+    }
+
+    /// Runs one call of the check script on Redis only: no timeout, no node health.
     /// Returns the time the script used and the decision.
     pub(crate) async fn call(
         &self,
@@ -160,15 +188,31 @@ impl<C: Clock> RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Result<(u64, Decision), BackendError> {
+        self.call_on_node(key, sets, op, cost, now_ms)
+            .await
+            .map_err(|f| f.error)
+    }
+
+    /// [`Self::call`], telling what a failure says about the node.
+    async fn call_on_node(
+        &self,
+        key: &str,
+        sets: Sets<'_>,
+        op: Op,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Result<(u64, Decision), Failed> {
         if now_ms.is_some_and(|t| t > MAX_EXACT) {
-            return Err(BackendError::InvalidRequest(
+            return Err(Failed::local(BackendError::InvalidRequest(
                 "the time must be at most 2^53 − 1 ms".into(),
-            ));
+            )));
         }
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
         let mut inv = inner.script.prepare_invoke();
-        inv.key(config_key(&inner.prefix, &tag));
+        let first_key = config_key(&inner.prefix, &tag);
+        let slot = slot_of(first_key.as_bytes());
+        inv.key(first_key);
         let min_ttl = if now_ms.is_some() {
             SIMULATION_MIN_TTL.as_millis() as u64
         } else {
@@ -182,49 +226,25 @@ impl<C: Clock> RedisBackend<C> {
             cost,
             now_ms,
             min_ttl,
-        )?;
+        )
+        .map_err(Failed::local)?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let reply: Vec<redis::Value> = self.invoke(&inv).await?;
-        parse_reply(&reply, sets)
+        let reply: Vec<redis::Value> = self.invoke(&inv, slot).await?;
+        parse_reply(&reply, sets).map_err(|error| Failed {
+            error,
+            fault: Fault::Request,
+        })
     }
 
+    /// Runs `inv`, whose keys are all in `slot`, on its node.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         inv: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, BackendError> {
-        match &self.inner.pool {
-            Pool::Single { pool, shared } => {
-                let lock = || {
-                    shared
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                };
-                let cached = lock().clone();
-                let mut conn = match cached {
-                    Some(c) => c,
-                    None => {
-                        let c =
-                            deadpool_redis::Connection::take(pool.get().await.map_err(pool_error)?);
-                        *lock() = Some(c.clone());
-                        c
-                    }
-                };
-                inv.invoke_async(&mut conn).await.map_err(|e| {
-                    if e.is_io_error()
-                        || e.is_connection_dropped()
-                        || e.is_connection_refusal()
-                        || e.is_unrecoverable_error()
-                    {
-                        // A broken connection: the next call makes a new one.
-                        *lock() = None;
-                    }
-                    redis_error(e)
-                })
-            }
-            Pool::Cluster(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                inv.invoke_async(&mut conn).await.map_err(redis_error)
-            }
+        slot: u16,
+    ) -> Result<T, Failed> {
+        match &self.inner.target {
+            Target::Single(node) => node.invoke(inv).await,
+            Target::Cluster(cluster) => cluster.invoke(inv, slot).await,
         }
     }
 
@@ -271,11 +291,14 @@ impl<C: Clock> RedisBackend<C> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
         let mut inv = inner.config_script.prepare_invoke();
-        inv.key(config_key(&inner.prefix, &tag));
+        let first_key = config_key(&inner.prefix, &tag);
+        let slot = slot_of(first_key.as_bytes());
+        inv.key(first_key);
         for a in args {
             inv.arg(*a);
         }
-        let reply: Vec<redis::Value> = self.timed(self.invoke(&inv)).await?;
+        let call = async { self.invoke(&inv, slot).await.map_err(|f| f.error) };
+        let reply: Vec<redis::Value> = self.timed(call).await?;
         parse_config(&reply, key)
     }
 
@@ -286,10 +309,10 @@ impl<C: Clock> RedisBackend<C> {
     /// # Errors
     /// [`BackendError::Connection`] when Redis cannot be reached.
     pub async fn delete_prefix(&self) -> Result<u64, BackendError> {
-        let Pool::Single { pool, .. } = &self.inner.pool else {
+        let Target::Single(node) = &self.inner.target else {
             return Ok(0);
         };
-        let mut conn = pool.get().await.map_err(pool_error)?;
+        let mut conn = node.get().await.map_err(|f| f.error)?.conn;
         let pattern = format!("{}:*", self.inner.prefix);
         let mut cursor: u64 = 0;
         let mut deleted = 0;
@@ -320,35 +343,47 @@ impl<C: Clock> RedisBackend<C> {
 
     async fn run(self, key: String, limits: Limits, cost: u64, now_ms: Option<u64>) -> CheckResult {
         let inner = &*self.inner;
-        let local_now = inner.clock.now_ms();
-        if local_now < inner.down_until_ms.load(Ordering::Relaxed) {
-            return Err(BackendError::Connection(
-                format!(
-                    "Redis at {} was unreachable moments ago; it is asked again once its retry interval of {} ms has passed",
-                    inner.node,
-                    inner.retry_interval.as_millis()
-                )
-                .into(),
-            ));
+        let (node, cluster) = match &inner.target {
+            Target::Single(_) => (inner.health.node(&inner.node), None),
+            Target::Cluster(c) => {
+                let slot = slot_of(config_key(&inner.prefix, &inner.keys.tag(&key)).as_bytes());
+                (inner.health.node(&c.node_of(slot)), Some(c))
+            }
+        };
+        let attempt = node
+            .begin(inner.clock.now_ms())
+            .map_err(|down: NodeDown| BackendError::Connection(Box::new(down)))?;
+        if let (true, Some(c)) = (attempt.is_probe(), cluster) {
+            // A replica may have taken the slots of the master being probed.
+            c.refresh_in_background();
         }
         let tiers = tier_list(&limits);
-        let call = self.call(&key, sets(&limits, &tiers), Op::Check, cost, now_ms);
-        let error = match self.timed(call).await {
-            Ok((_, decision)) => return Ok(decision),
-            Err(e) => e,
+        let call = self.call_on_node(&key, sets(&limits, &tiers), Op::Check, cost, now_ms);
+        let result = tokio::time::timeout(inner.timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(Failed::timeout(inner.timeout)));
+        let failed = match result {
+            Ok((_, decision)) => {
+                attempt.answered();
+                return Ok(decision);
+            }
+            Err(f) => f,
         };
-        // Only an unreachable or unresponsive Redis is left alone for a while; an error
-        // about one key's state says nothing about the others.
-        if matches!(
-            error,
-            BackendError::Connection(_) | BackendError::Timeout { .. }
-        ) {
-            let retry_ms = u64::try_from(inner.retry_interval.as_millis()).unwrap_or(u64::MAX);
-            inner
-                .down_until_ms
-                .store(local_now.saturating_add(retry_ms), Ordering::Relaxed);
+        if failed.fault.counts_against_node() {
+            let change = attempt.failed(
+                inner.clock.now_ms(),
+                inner.health_config.failure_threshold,
+                inner.retry_interval,
+            );
+            if let (Change::WentDown, Some(c)) = (change, cluster) {
+                c.refresh_in_background();
+            }
+        } else if failed.fault == Fault::Local {
+            attempt.release();
+        } else {
+            attempt.answered();
         }
-        Err(error)
+        Err(failed.error)
     }
 }
 
@@ -370,32 +405,6 @@ pub(crate) fn plain_sets(policies: &[Policy]) -> Sets<'_> {
         defaults: policies,
         tiers: &[],
         unconfigured: Unconfigured::Defaults,
-    }
-}
-
-pub(crate) fn pool_error(e: deadpool_redis::PoolError) -> BackendError {
-    match e {
-        deadpool_redis::PoolError::Backend(e) => redis_error(e),
-        deadpool_redis::PoolError::Timeout(_) => BackendError::Timeout {
-            after: Duration::ZERO,
-        },
-        other => BackendError::Connection(Box::new(other)),
-    }
-}
-
-pub(crate) fn redis_error(e: RedisError) -> BackendError {
-    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
-        return BackendError::Connection(Box::new(e));
-    }
-    if e.is_timeout() {
-        return BackendError::Timeout {
-            after: Duration::ZERO,
-        };
-    }
-    if e.code() == Some("TURNSTILE_INVALID_STATE") {
-        BackendError::InvalidState(e.detail().unwrap_or_default().to_owned())
-    } else {
-        BackendError::Script(e.to_string())
     }
 }
 

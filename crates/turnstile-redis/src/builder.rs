@@ -1,17 +1,19 @@
 //! [`RedisBackendBuilder`]: URLs, prefix, key encoding, timeout, retry interval, pool.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis;
-use deadpool_redis::{cluster, Runtime};
+use deadpool_redis::redis::{self, IntoConnectionInfo};
 use turnstile_core::{Clock, SystemClock};
 
-use crate::backend::{Counters, Inner, Pool, RedisBackend};
+use crate::backend::{Counters, Inner, RedisBackend, Target};
+use crate::cluster::ClusterConn;
+use crate::conn::{NodeConn, Source};
+use crate::health::{Health, HealthConfig};
 use crate::keys::KeyEncoding;
 use crate::script::{check_script, config_script};
+use crate::sentinel;
 
 /// The default key prefix. The `v1` is the stored format's version, so two releases that
 /// store state differently never misread each other's keys.
@@ -21,8 +23,8 @@ pub const DEFAULT_PREFIX: &str = "turnstile:v1";
 /// script's round trip.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// The default time Redis is left alone after it was found unreachable before it is tried
-/// again: 1 s.
+/// The default time a node that counts as down is left alone before one request probes it:
+/// 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why a [`RedisBackend`] could not be built.
@@ -30,10 +32,14 @@ pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 #[non_exhaustive]
 pub enum InvalidRedisConfig {
     /// The URL did not parse (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS,
-    /// several comma-separated URLs for a Cluster).
+    /// several comma-separated URLs for a Cluster,
+    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]` for
+    /// Sentinel, with the `sentinel` feature).
     Url(String),
     /// The prefix was empty or held `{` or `}` (it must not start a Cluster hash tag).
     Prefix(String),
+    /// The failure threshold was 0 (see [`RedisBackendBuilder::failure_threshold`]).
+    FailureThreshold(u32),
 }
 
 impl fmt::Display for InvalidRedisConfig {
@@ -43,6 +49,10 @@ impl fmt::Display for InvalidRedisConfig {
             InvalidRedisConfig::Prefix(p) => write!(
                 f,
                 "invalid key prefix {p:?}: it must be non-empty and hold no '{{' or '}}'"
+            ),
+            InvalidRedisConfig::FailureThreshold(n) => write!(
+                f,
+                "invalid failure threshold {n}: a node counts as down after at least 1 failed round"
             ),
         }
     }
@@ -60,14 +70,19 @@ pub struct RedisBackendBuilder<C = SystemClock> {
     keys: KeyEncoding,
     timeout: Duration,
     retry_interval: Duration,
-    pool_size: Option<usize>,
+    pub(crate) health: HealthConfig,
     clock: C,
 }
 
 impl RedisBackend<SystemClock> {
     /// A builder for Redis at `url`: `redis://[user:password@]host:port[/db]`
     /// (`rediss://` for TLS with the `tls` feature). Several comma-separated URLs are the seed
-    /// nodes of a Redis Cluster.
+    /// nodes of a Redis Cluster. With the `sentinel` feature,
+    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]` (or
+    /// `redis-sentinel://`) names Redis Sentinels (port 26379 by default) and the service whose primary they report:
+    /// the credentials and database are the primary's (the Sentinels are asked without
+    /// credentials), and every new connection asks the Sentinels again, so a failover is
+    /// followed.
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder<SystemClock> {
         RedisBackendBuilder {
             urls: url.into(),
@@ -76,7 +91,7 @@ impl RedisBackend<SystemClock> {
             keys: KeyEncoding::Hashed,
             timeout: DEFAULT_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
-            pool_size: None,
+            health: HealthConfig::default(),
             clock: SystemClock,
         }
     }
@@ -108,8 +123,9 @@ impl<C> RedisBackendBuilder<C> {
         self
     }
 
-    /// How long Redis is left alone after a failure before it is tried again (default
-    /// [`DEFAULT_RETRY_INTERVAL`]).
+    /// How long a node that counts as down is left alone before one request probes it
+    /// (default [`DEFAULT_RETRY_INTERVAL`]; see [`failure_threshold`](Self::failure_threshold)
+    /// for when a node counts as down).
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
         self
@@ -118,8 +134,7 @@ impl<C> RedisBackendBuilder<C> {
     /// The connection pool's maximum size (default: deadpool's, 4 × the CPU count). On a single
     /// node every call shares one multiplexed (pipelined) connection taken from the pool,
     /// replaced when it breaks; a Cluster uses the pool per call.
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = Some(size.max(1));
+    pub fn pool_size(self, _size: usize) -> Self {
         self
     }
 
@@ -133,7 +148,7 @@ impl<C> RedisBackendBuilder<C> {
             keys: self.keys,
             timeout: self.timeout,
             retry_interval: self.retry_interval,
-            pool_size: self.pool_size,
+            health: self.health,
             clock,
         }
     }
@@ -142,8 +157,10 @@ impl<C> RedisBackendBuilder<C> {
     /// backend can be built while Redis is down.
     ///
     /// # Errors
-    /// [`InvalidRedisConfig::Url`] for a URL that does not parse; [`InvalidRedisConfig::Prefix`] for an
-    /// empty prefix or one holding `{` or `}`.
+    /// [`InvalidRedisConfig::Url`] for a URL that does not parse (or a Sentinel URL without
+    /// the `sentinel` feature, or with [`cluster(true)`](Self::cluster));
+    /// [`InvalidRedisConfig::Prefix`] for an empty prefix or one holding `{` or `}`;
+    /// [`InvalidRedisConfig::FailureThreshold`] for a failure threshold of 0.
     pub fn build(self) -> Result<RedisBackend<C>, InvalidRedisConfig>
     where
         C: Clock,
@@ -151,55 +168,65 @@ impl<C> RedisBackendBuilder<C> {
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
             return Err(InvalidRedisConfig::Prefix(self.prefix));
         }
-        let urls: Vec<String> = self
-            .urls
-            .split(',')
-            .map(|u| u.trim().to_owned())
-            .filter(|u| !u.is_empty())
-            .collect();
-        if urls.is_empty() {
-            return Err(InvalidRedisConfig::Url("no URL given".into()));
+        if self.health.failure_threshold == 0 {
+            return Err(InvalidRedisConfig::FailureThreshold(0));
         }
-        for u in &urls {
-            redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
-        }
-        let cluster = self.cluster.unwrap_or(urls.len() > 1);
-        let node = urls
-            .iter()
-            .map(|u| without_credentials(u))
-            .collect::<Vec<_>>()
-            .join(",");
-        let pool = if cluster {
-            let mut cfg = cluster::Config::from_urls(urls);
-            if let Some(n) = self.pool_size {
-                cfg.pool = Some(cluster::PoolConfig::new(n));
+        let health = self.health;
+        // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
+        // would cut in first on a loaded machine and fail calls we are willing to wait for.
+        let connect_timeout = self.timeout.max(Duration::from_secs(1));
+        let connection = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(connect_timeout));
+        let (target, node) = if sentinel::is_sentinel(&self.urls) {
+            if self.cluster == Some(true) {
+                return Err(InvalidRedisConfig::Url(
+                    "a Sentinel URL names one primary, not a Cluster".into(),
+                ));
             }
-            Pool::Cluster(
-                cfg.create_pool(Some(Runtime::Tokio1))
-                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?,
-            )
+            let spec =
+                sentinel::SentinelSpec::parse(&self.urls).map_err(InvalidRedisConfig::Url)?;
+            let name = spec.name();
+            (sentinel_target(spec, name.clone(), connection)?, name)
         } else {
-            // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
-            // would cut in first on a loaded machine and fail calls we are willing to wait for.
-            let connection = redis::AsyncConnectionConfig::new()
-                .set_response_timeout(None)
-                .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))));
-            let manager = deadpool_redis::Manager::new_with_config(urls[0].as_str(), connection)
-                .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
-            let mut builder = deadpool_redis::Pool::builder(manager).runtime(Runtime::Tokio1);
-            if let Some(n) = self.pool_size {
-                builder = builder.max_size(n);
+            let urls: Vec<String> = self
+                .urls
+                .split(',')
+                .map(|u| u.trim().to_owned())
+                .filter(|u| !u.is_empty())
+                .collect();
+            if urls.is_empty() {
+                return Err(InvalidRedisConfig::Url("no URL given".into()));
             }
-            Pool::Single {
-                pool: builder
+            for u in &urls {
+                redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
+            }
+            let cluster = self.cluster.unwrap_or(urls.len() > 1);
+            let node = urls
+                .iter()
+                .map(|u| without_credentials(u))
+                .collect::<Vec<_>>()
+                .join(",");
+            let target = if cluster {
+                let client = redis::cluster::ClusterClientBuilder::new(urls)
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(connect_timeout)
+                    .overall_response_timeout(None)
                     .build()
-                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?,
-                shared: std::sync::Mutex::new(None),
-            }
+                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+                Target::Cluster(ClusterConn::new(client, node.clone()))
+            } else {
+                let info = urls[0]
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+                Target::Single(NodeConn::new(Source::Url(info), node.clone(), connection))
+            };
+            (target, node)
         };
         Ok(RedisBackend {
             inner: Arc::new(Inner {
-                pool,
+                target,
                 script: check_script(),
                 config_script: config_script(),
                 prefix: self.prefix,
@@ -208,11 +235,59 @@ impl<C> RedisBackendBuilder<C> {
                 retry_interval: self.retry_interval,
                 node,
                 clock: self.clock,
-                down_until_ms: AtomicU64::new(0),
+                health_config: health,
+                health: Health::default(),
                 stats: Counters::default(),
             }),
         })
     }
+}
+
+// Node health (see `health.rs`).
+impl<C> RedisBackendBuilder<C> {
+    /// How many failed rounds in a row make a node count as down (default
+    /// [`DEFAULT_FAILURE_THRESHOLD`](crate::DEFAULT_FAILURE_THRESHOLD), at least 1).
+    ///
+    /// A round is a failure (a refused or lost connection, a timeout, `READONLY`, `LOADING`,
+    /// `MASTERDOWN`, `BUSY`, `OOM`, a Cluster error the Cluster client gave up on) of a call
+    /// that began after the node's previous counted failure, so calls that stalled together
+    /// count once, and any answer from the node ends the streak. A timeout fails only the
+    /// request that timed out. While a node is down, checks of its keys fail fast with a
+    /// [`BackendError::Connection`](turnstile_core::BackendError::Connection) holding
+    /// [`NodeDown`](crate::NodeDown); after the retry interval ([`retry_interval`](Self::retry_interval)) one
+    /// check goes through as a probe and brings the node back when it succeeds. On a Cluster
+    /// health is kept per master: a dead master never fails the keys of the others.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) returns [`InvalidRedisConfig::FailureThreshold`] for 0.
+    pub fn failure_threshold(mut self, rounds: u32) -> Self {
+        self.health.failure_threshold = rounds;
+        self
+    }
+}
+
+#[cfg(feature = "sentinel")]
+fn sentinel_target(
+    spec: sentinel::SentinelSpec,
+    name: String,
+    connection: redis::AsyncConnectionConfig,
+) -> Result<Target, InvalidRedisConfig> {
+    Ok(Target::Single(NodeConn::new(
+        Source::Sentinel(spec),
+        name,
+        connection,
+    )))
+}
+
+#[cfg(not(feature = "sentinel"))]
+fn sentinel_target(
+    _: sentinel::SentinelSpec,
+    _: String,
+    _: redis::AsyncConnectionConfig,
+) -> Result<Target, InvalidRedisConfig> {
+    Err(InvalidRedisConfig::Url(
+        "redis+sentinel:// URLs need turnstile-redis's `sentinel` feature".into(),
+    ))
 }
 
 /// `url` without its user and password: `redis://host:port/db`.

@@ -1,5 +1,7 @@
-//! The Redis backend of [turnstile]: one limit for a whole fleet, on a single Redis node or a
-//! Redis Cluster.
+//! The Redis backend of [turnstile]: one limit for a whole fleet, on a single Redis node, a
+//! Redis Cluster, or the primary Redis Sentinel names (feature `sentinel`). Redis 5.0 or later
+//! ([`MIN_REDIS_VERSION`]); failover, restarts and overload are handled as
+//! [`RedisBackend`]'s docs say.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -35,9 +37,15 @@
 
 mod backend;
 mod builder;
+mod cluster;
+mod conn;
+mod fault;
+mod health;
 mod keys;
 mod quotas;
 mod script;
+mod sentinel;
+mod server;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
 pub use builder::{
@@ -45,5 +53,7 @@ pub use builder::{
     DEFAULT_TIMEOUT,
 };
 pub use deadpool_redis::redis;
+pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
+pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};

@@ -1,0 +1,341 @@
+//! The connection to a Redis Cluster: one redis-rs Cluster connection shared by every call
+//! (it routes by slot, follows `MOVED`/`ASK` and reconnects to nodes itself), and the map from
+//! slot to master that lets health be kept per master.
+//!
+//! No pool: a pool's recycling `PING` goes to every master, so with one master down every
+//! call to any key would fail its recycling and build a new Cluster connection.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis::aio::ConnectionLike;
+use deadpool_redis::redis::cluster::ClusterClient;
+use deadpool_redis::redis::cluster_async::ClusterConnection;
+use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use deadpool_redis::redis::{
+    self, Cmd, FromRedisValue, RedisError, RedisFuture, ScriptInvocation, Value,
+};
+
+use crate::conn::refused;
+use crate::fault::{Failed, Fault};
+use crate::server::{Query, ServerChecks};
+
+/// Cluster hash slots.
+const SLOTS: u16 = 16384;
+
+/// How old the slot map may grow before a call refreshes it in the background.
+const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(10);
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag — the part between the first `{`
+/// and the next `}`, when not empty — or of the whole key, modulo 16384 (Redis Cluster
+/// specification, "Keys distribution model").
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % SLOTS
+}
+
+/// The masters of the slots, as the Cluster last described them (`CLUSTER SLOTS`).
+#[derive(Debug)]
+pub(crate) struct SlotMap {
+    ranges: RwLock<Vec<(u16, u16, Arc<str>)>>,
+    refreshing: AtomicBool,
+    born: Instant,
+    /// Milliseconds after `born` of the last refresh (`u64::MAX`: never).
+    refreshed: AtomicU64,
+}
+
+impl SlotMap {
+    fn new() -> Self {
+        SlotMap {
+            ranges: RwLock::new(Vec::new()),
+            refreshing: AtomicBool::new(false),
+            born: Instant::now(),
+            refreshed: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The master of `slot` (`host:port`), if known.
+    pub(crate) fn master(&self, slot: u16) -> Option<Arc<str>> {
+        let ranges = self.ranges.read().unwrap_or_else(|e| e.into_inner());
+        let i = ranges.partition_point(|(_, end, _)| *end < slot);
+        ranges
+            .get(i)
+            .filter(|(start, _, _)| *start <= slot)
+            .map(|(_, _, n)| Arc::clone(n))
+    }
+
+    fn is_stale(&self) -> bool {
+        let at = self.refreshed.load(Ordering::Relaxed);
+        at == u64::MAX || self.elapsed_ms().saturating_sub(at) > SLOT_MAP_MAX_AGE.as_millis() as u64
+    }
+
+    async fn refresh(&self, conn: &mut ClusterConnection) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let reply = conn
+            .route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+            .await?;
+        let mut ranges = parse_slots(&reply);
+        ranges.sort_by_key(|r| r.0);
+        if !ranges.is_empty() {
+            *self.ranges.write().unwrap_or_else(|e| e.into_inner()) = ranges;
+        }
+        self.refreshed.store(self.elapsed_ms(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The slot ranges and masters of a `CLUSTER SLOTS` reply: `[start, end, [host, port, id],
+/// replicas...]` per range.
+fn parse_slots(reply: &Value) -> Vec<(u16, u16, Arc<str>)> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    ranges
+        .iter()
+        .filter_map(|r| {
+            let Value::Array(r) = r else { return None };
+            let start = u16::from_redis_value(r.first()?.clone()).ok()?;
+            let end = u16::from_redis_value(r.get(1)?.clone()).ok()?;
+            let Value::Array(master) = r.get(2)? else {
+                return None;
+            };
+            let host = String::from_redis_value(master.first()?.clone()).ok()?;
+            let port = u16::from_redis_value(master.get(1)?.clone()).ok()?;
+            Some((start, end, Arc::from(format!("{host}:{port}"))))
+        })
+        .collect()
+}
+
+/// The shared connection to a Cluster.
+pub(crate) struct ClusterConn {
+    client: ClusterClient,
+    name: String,
+    current: Mutex<Option<ClusterConnection>>,
+    connecting: tokio::sync::Mutex<()>,
+    slots: Arc<SlotMap>,
+    connects: AtomicU64,
+    checks: ServerChecks,
+}
+
+impl ClusterConn {
+    pub(crate) fn new(client: ClusterClient, name: String) -> Self {
+        ClusterConn {
+            client,
+            name,
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            slots: Arc::new(SlotMap::new()),
+            connects: AtomicU64::new(0),
+            checks: ServerChecks::default(),
+        }
+    }
+
+    /// Cluster connections made so far.
+    pub(crate) fn connects(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed)
+    }
+
+    fn current(&self) -> Option<ClusterConnection> {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The master of `slot` as health names it: `host:port`, or the seed list while the
+    /// Cluster's layout is not known yet. Refreshes a stale map in the background.
+    pub(crate) fn node_of(&self, slot: u16) -> Arc<str> {
+        if self.slots.is_stale() {
+            self.refresh_in_background();
+        }
+        self.slots
+            .master(slot)
+            .unwrap_or_else(|| Arc::from(self.name.as_str()))
+    }
+
+    /// Asks the Cluster for its layout again, without making any call wait for it (a
+    /// master went down, or is about to be probed: a replica may have taken its slots).
+    pub(crate) fn refresh_in_background(&self) {
+        let Some(mut conn) = self.current() else {
+            return;
+        };
+        if self.slots.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let slots = Arc::clone(&self.slots);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            slots.refreshing.store(false, Ordering::Release);
+            return;
+        };
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(2), slots.refresh(&mut conn)).await;
+            slots.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    async fn get(&self) -> Result<ClusterConnection, Failed> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let mut conn = self
+            .client
+            .get_async_connection()
+            .await
+            .map_err(Failed::connect)?;
+        self.checks
+            .run(&mut RandomNode(&mut conn), &self.name)
+            .await
+            .map_err(refused)?;
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
+        // Until the map arrives, health is kept for the Cluster as a whole.
+        self.refresh_in_background();
+        Ok(conn)
+    }
+
+    /// Runs `inv`, whose keys are all in `slot`. The Cluster client follows redirections,
+    /// reconnects and retries by itself; here only a connection that could not be made and
+    /// `NOSCRIPT` are retried, once. A script the node lacks is loaded on the slot's master
+    /// only (redis-rs would send `SCRIPT LOAD` to every node and fail while any is down).
+    ///
+    /// # Errors
+    /// The last failure, with what it says about the node.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        slot: u16,
+    ) -> Result<T, Failed> {
+        let mut retried = false;
+        loop {
+            let failed = match self.get().await {
+                Ok(conn) => match inv.invoke_async(&mut OnSlot { conn, slot }).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) => Failed::call(e),
+                },
+                Err(f) => f,
+            };
+            let again = matches!(failed.fault, Fault::Unreachable | Fault::NoScript);
+            if retried || !again {
+                return Err(failed);
+            }
+            retried = true;
+        }
+    }
+}
+
+/// Routes a check's commands: `SCRIPT LOAD` to the master of the check's slot, everything
+/// else as the Cluster client would.
+struct OnSlot {
+    conn: ClusterConnection,
+    slot: u16,
+}
+
+fn is_script_load(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(s) => s,
+        _ => &[][..],
+    });
+    matches!(
+        (args.next(), args.next()),
+        (Some(a), Some(b)) if a.eq_ignore_ascii_case(b"SCRIPT") && b.eq_ignore_ascii_case(b"LOAD")
+    )
+}
+
+impl ConnectionLike for OnSlot {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if is_script_load(cmd) {
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                self.slot,
+                SlotAddr::Master,
+            )));
+            Box::pin(self.conn.route_command(cmd.clone(), route))
+        } else {
+            self.conn.req_packed_command(cmd)
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
+/// Sends the server checks' commands to one node of the Cluster.
+struct RandomNode<'a>(&'a mut ClusterConnection);
+
+impl Query for RandomNode<'_> {
+    fn query(
+        &mut self,
+        cmd: Cmd,
+    ) -> impl std::future::Future<Output = Result<Value, RedisError>> + Send {
+        self.0
+            .route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_cluster_specification() {
+        // Values of CLUSTER KEYSLOT.
+        assert_eq!(slot_of(b"123456789"), 12739);
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"));
+        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
+        assert_eq!(slot_of(b"t:v1:{abc}:p"), slot_of(b"t:v1:{abc}~cfg"));
+    }
+
+    #[test]
+    fn the_slot_map_finds_each_slots_master() {
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let range = |a: i64, b: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                Value::Array(vec![s("127.0.0.1"), Value::Int(port), s("id")]),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(10923, 16383, 7002),
+            range(0, 5460, 7000),
+            range(5461, 10922, 7001),
+        ]);
+        let map = SlotMap::new();
+        let mut parsed = parse_slots(&reply);
+        parsed.sort_by_key(|r| r.0);
+        *map.ranges.write().unwrap() = parsed;
+        assert_eq!(map.master(0).as_deref(), Some("127.0.0.1:7000"));
+        assert_eq!(map.master(5460).as_deref(), Some("127.0.0.1:7000"));
+        assert_eq!(map.master(5461).as_deref(), Some("127.0.0.1:7001"));
+        assert_eq!(map.master(16383).as_deref(), Some("127.0.0.1:7002"));
+        assert_eq!(SlotMap::new().master(1), None);
+    }
+}

@@ -1,0 +1,246 @@
+//! What a failed call says about the node and about the call: reconnect or keep the
+//! connection, retry once or never, count against the node or not.
+
+use std::time::Duration;
+
+use deadpool_redis::redis::{ErrorKind, RedisError, ServerErrorKind};
+use turnstile_core::BackendError;
+
+/// How the backend treats one failed call (see [`classify`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// No connection could be made (refused, unreachable, the handshake failed): nothing was
+    /// sent. Retried once on a fresh connection; counts against the node.
+    Unreachable,
+    /// The node answered that it cannot serve us, and the script did not run: `READONLY` (a
+    /// primary demoted to a replica, or an address that now leads to a replica), `LOADING`,
+    /// `MASTERDOWN`. The connection is dropped and the call retried once on a fresh one;
+    /// counts against the node when the retry fails too.
+    CannotServe,
+    /// `NOSCRIPT` reached us (a `SCRIPT FLUSH` raced redis-rs's reload): the script did not
+    /// run. Retried once; does not count against the node.
+    NoScript,
+    /// The connection broke while the call was on it: the script may have run. Never retried
+    /// (it could charge twice); the connection is replaced; counts against the node.
+    Dropped,
+    /// The node is overloaded or refuses writes for now: `BUSY` (a long script), `OOM`,
+    /// `NOREPLICAS`. The connection is kept; never retried; counts against the node.
+    Overloaded,
+    /// A Cluster condition the Cluster client handles itself (`CLUSTERDOWN`, `TRYAGAIN`,
+    /// `MOVED`, `ASK`, no connection to the slot's node) and gave up on: counts against the
+    /// node.
+    Cluster,
+    /// The call timed out: it fails; it counts against the node as one failed round.
+    Timeout,
+    /// The node answered with an error about this request (a script error, a key's state):
+    /// the node is alive.
+    Request,
+    /// The request was refused before anything was sent (an invalid request): says nothing
+    /// about the node.
+    Local,
+    /// The server's version is older than the scripts need: counts against the node, so it
+    /// is only probed now and then.
+    Unsupported,
+}
+
+impl Fault {
+    /// Whether the connection the call used must be replaced.
+    pub(crate) fn reconnects(self) -> bool {
+        matches!(self, Fault::CannotServe | Fault::Dropped)
+    }
+
+    /// Whether the call provably did not run the script, so one retry cannot charge twice.
+    pub(crate) fn retries(self) -> bool {
+        matches!(
+            self,
+            Fault::Unreachable | Fault::CannotServe | Fault::NoScript
+        )
+    }
+
+    /// Whether the failure is evidence that the node cannot serve.
+    pub(crate) fn counts_against_node(self) -> bool {
+        matches!(
+            self,
+            Fault::Unreachable
+                | Fault::CannotServe
+                | Fault::Dropped
+                | Fault::Overloaded
+                | Fault::Cluster
+                | Fault::Timeout
+                | Fault::Unsupported
+        )
+    }
+}
+
+/// What `e`, the error of a call on an established connection, says.
+pub(crate) fn classify(e: &RedisError) -> Fault {
+    match e.kind() {
+        ErrorKind::Io => Fault::Dropped,
+        ErrorKind::Parse => Fault::Dropped,
+        ErrorKind::ClusterConnectionNotFound => Fault::Cluster,
+        ErrorKind::Server(kind) => match kind {
+            ServerErrorKind::ReadOnly
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::MasterDown => Fault::CannotServe,
+            ServerErrorKind::NoScript => Fault::NoScript,
+            ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown => Fault::Cluster,
+            _ => Fault::Request,
+        },
+        ErrorKind::Extension => match e.code() {
+            Some("BUSY" | "OOM" | "NOREPLICAS") => Fault::Overloaded,
+            _ => Fault::Request,
+        },
+        _ => Fault::Request,
+    }
+}
+
+/// A failed call: the error the caller gets and what it says about the node.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) error: BackendError,
+    pub(crate) fault: Fault,
+}
+
+impl Failed {
+    /// A failure of a call on an established connection.
+    pub(crate) fn call(e: RedisError) -> Self {
+        Failed {
+            fault: classify(&e),
+            error: redis_error(e),
+        }
+    }
+
+    /// A connection that could not be made.
+    pub(crate) fn connect(e: RedisError) -> Self {
+        Failed {
+            fault: Fault::Unreachable,
+            error: BackendError::Connection(Box::new(e)),
+        }
+    }
+
+    /// An error raised before anything was sent.
+    pub(crate) fn local(error: BackendError) -> Self {
+        Failed {
+            error,
+            fault: Fault::Local,
+        }
+    }
+
+    /// The per-call timeout elapsed.
+    pub(crate) fn timeout(after: Duration) -> Self {
+        Failed {
+            error: BackendError::Timeout { after },
+            fault: Fault::Timeout,
+        }
+    }
+}
+
+/// The [`BackendError`] of a Redis error.
+pub(crate) fn redis_error(e: RedisError) -> BackendError {
+    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        return BackendError::Connection(Box::new(e));
+    }
+    if e.is_timeout() {
+        return BackendError::Timeout {
+            after: Duration::ZERO,
+        };
+    }
+    if e.code() == Some("TURNSTILE_INVALID_STATE") {
+        BackendError::InvalidState(e.detail().unwrap_or_default().to_owned())
+    } else {
+        BackendError::Script(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deadpool_redis::redis::{parse_redis_value, Value};
+
+    /// The error of a server reply such as `-READONLY You can't write ...`.
+    fn reply(line: &str) -> RedisError {
+        match parse_redis_value(format!("{line}\r\n").as_bytes()).unwrap() {
+            v @ Value::ServerError(_) => v.extract_error().unwrap_err(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn replies_that_mean_this_node_cannot_serve_reconnect_and_retry_once() {
+        for line in [
+            "-READONLY You can't write against a read only replica.",
+            "-LOADING Redis is loading the dataset in memory",
+            "-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        ] {
+            let f = classify(&reply(line));
+            assert_eq!(f, Fault::CannotServe, "{line}");
+            assert!(f.reconnects() && f.retries() && f.counts_against_node());
+        }
+    }
+
+    #[test]
+    fn busy_and_oom_count_against_the_node_but_keep_the_connection() {
+        for line in [
+            "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            "-OOM command not allowed when used memory > 'maxmemory'.",
+            "-NOREPLICAS Not enough good replicas to write.",
+        ] {
+            let f = classify(&reply(line));
+            assert_eq!(f, Fault::Overloaded, "{line}");
+            assert!(!f.reconnects() && !f.retries() && f.counts_against_node());
+        }
+    }
+
+    #[test]
+    fn cluster_conditions_stay_the_cluster_clients_and_are_never_retried_here() {
+        for line in [
+            "-CLUSTERDOWN The cluster is down",
+            "-TRYAGAIN Multiple keys request during rehashing of slot",
+            "-MOVED 3999 127.0.0.1:6381",
+        ] {
+            let f = classify(&reply(line));
+            assert_eq!(f, Fault::Cluster, "{line}");
+            assert!(!f.reconnects() && !f.retries() && f.counts_against_node());
+        }
+    }
+
+    #[test]
+    fn noscript_is_retried_without_blaming_the_node() {
+        let f = classify(&reply("-NOSCRIPT No matching script. Please use EVAL."));
+        assert_eq!(f, Fault::NoScript);
+        assert!(f.retries() && !f.reconnects() && !f.counts_against_node());
+    }
+
+    #[test]
+    fn a_lost_connection_or_a_timeout_is_never_retried() {
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        let f = classify(&dropped);
+        assert_eq!(f, Fault::Dropped);
+        assert!(!f.retries() && f.reconnects() && f.counts_against_node());
+        let t = Failed::timeout(Duration::from_millis(100));
+        assert!(!t.fault.retries() && t.fault.counts_against_node());
+        assert!(matches!(t.error, BackendError::Timeout { .. }));
+    }
+
+    #[test]
+    fn errors_about_the_request_say_the_node_is_alive() {
+        for line in [
+            "-ERR Error running script (call to f_1234): @user_script:1: bad",
+            "-TURNSTILE_INVALID_STATE key k holds a list",
+            "-NOPERM this user has no permissions to run the 'evalsha' command",
+        ] {
+            let f = classify(&reply(line));
+            assert_eq!(f, Fault::Request, "{line}");
+            assert!(!f.counts_against_node() && !f.retries() && !f.reconnects());
+        }
+        let e = Failed::call(reply("-TURNSTILE_INVALID_STATE key k holds a list"));
+        assert!(
+            matches!(e.error, BackendError::InvalidState(_)),
+            "{:?}",
+            e.error
+        );
+    }
+}
