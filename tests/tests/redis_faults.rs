@@ -561,3 +561,51 @@ async fn an_evicting_maxmemory_policy_is_warned_about_once_and_only_when_readabl
     assert!(b.check("k", &pol, 1).await.unwrap().allowed());
     assert_eq!(logs.lines_with("volatile-ttl"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_for_a_timeout_is_never_left_charged() {
+    // Issue 12, fault 5: the script was already written when the client gave up; Redis ran it
+    // afterwards (limit 1, a pause: 503, then the next request 429 and `quota peek` showed 0
+    // left). The late reply's charge is refunded.
+    let server = RedisServer::start();
+    let backend = RedisBackend::builder(server.url())
+        .prefix(prefix("late"))
+        .timeout(Duration::from_millis(200))
+        .retry_interval(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let pol = [p("fixed-window:limit=1,period=1h,name=late")];
+    ok(command(server.port(), "CLIENT PAUSE 30000 WRITE"));
+    let refused = backend.check("k", &pol, 1).await;
+    assert!(
+        matches!(refused, Err(BackendError::Timeout { .. })),
+        "{refused:?}"
+    );
+    ok(command(server.port(), "CLIENT UNPAUSE"));
+    let stats = backend.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for(Duration::from_secs(10), "the late charge refunded", || {
+            stats.stats().late_refunds == 1
+        })
+    })
+    .await
+    .unwrap();
+    // The one unit is there for the next request, and only one.
+    assert_eq!(outcome(&backend.check("k", &pol, 1).await), Ok(0));
+    assert_eq!(
+        backend
+            .check("k", &pol, 1)
+            .await
+            .map(|d| d.allowed())
+            .map_err(|e| e.to_string()),
+        Ok(false)
+    );
+    // A timed-out query or denial charged nothing: nothing to refund.
+    ok(command(server.port(), "CLIENT PAUSE 30000 WRITE"));
+    assert!(backend.check("k", &pol, 1).await.is_err());
+    ok(command(server.port(), "CLIENT UNPAUSE"));
+    let calls = backend.stats().redis_calls;
+    assert_eq!(outcome(&backend.check("other", &pol, 1).await), Ok(0));
+    assert_eq!(backend.stats().redis_calls, calls + 1);
+    assert_eq!(backend.stats().late_refunds, 1);
+}

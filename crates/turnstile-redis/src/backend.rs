@@ -126,6 +126,7 @@ pub(crate) struct Inner<C> {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     redis_calls: AtomicU64,
+    late_refunds: AtomicU64,
 }
 
 /// What a [`RedisBackend`] has done since it was built (all clones together).
@@ -137,6 +138,9 @@ pub struct RedisStats {
     /// Connections made (single node or Sentinel: multiplexed connections, each replacing a
     /// closed one or one to a node that could not serve; Cluster: Cluster connections).
     pub connects: u64,
+    /// Checks that timed out, whose script Redis ran after all and charged, refunded when
+    /// the late reply arrived (the caller had already given up on them).
+    pub late_refunds: u64,
 }
 
 impl<C: Clock> RedisBackend<C> {
@@ -164,6 +168,7 @@ impl<C: Clock> RedisBackend<C> {
     pub fn stats(&self) -> RedisStats {
         RedisStats {
             redis_calls: self.inner.stats.redis_calls.load(Ordering::Relaxed),
+            late_refunds: self.inner.stats.late_refunds.load(Ordering::Relaxed),
             connects: match &self.inner.target {
                 Target::Single(n) => n.connects(),
                 Target::Cluster(c) => c.connects(),
@@ -357,11 +362,31 @@ impl<C: Clock> RedisBackend<C> {
             // A replica may have taken the slots of the master being probed.
             c.refresh_in_background();
         }
-        let tiers = tier_list(&limits);
-        let call = self.call_on_node(&key, sets(&limits, &tiers), Op::Check, cost, now_ms);
-        let result = tokio::time::timeout(inner.timeout, call)
-            .await
-            .unwrap_or_else(|_| Err(Failed::timeout(inner.timeout)));
+        // The call runs to its end even when the caller stops waiting: a script Redis runs
+        // after the timeout may have charged a request the caller refused or decided
+        // elsewhere, and is then refunded (a request is never charged for nothing).
+        let this = self.clone();
+        let mut call = Box::pin(async move {
+            let tiers = tier_list(&limits);
+            let result = this
+                .call_on_node(&key, sets(&limits, &tiers), Op::Check, cost, now_ms)
+                .await;
+            (result, this, key, limits)
+        });
+        let result = match tokio::time::timeout(inner.timeout, &mut call).await {
+            Ok((result, ..)) => result,
+            Err(_) => {
+                tokio::spawn(async move {
+                    let (late, this, key, limits) = call.await;
+                    if let Ok((_, decision)) = late {
+                        if decision.allowed() && cost > 0 {
+                            this.refund_late(&key, &limits, cost, now_ms).await;
+                        }
+                    }
+                });
+                Err(Failed::timeout(inner.timeout))
+            }
+        };
         let failed = match result {
             Ok((_, decision)) => {
                 attempt.answered();
@@ -384,6 +409,30 @@ impl<C: Clock> RedisBackend<C> {
             attempt.answered();
         }
         Err(failed.error)
+    }
+}
+
+impl<C: Clock> RedisBackend<C> {
+    /// Gives back `cost` units a timed-out check charged after its caller gave up.
+    async fn refund_late(&self, key: &str, limits: &Limits, cost: u64, now_ms: Option<u64>) {
+        let tiers = tier_list(limits);
+        // Generous: the refund is the only thing left to do for this request.
+        let refund = self.call(key, sets(limits, &tiers), Op::Refund, cost, now_ms);
+        match tokio::time::timeout(self.inner.timeout.saturating_mul(10), refund).await {
+            Ok(Ok(_)) => {
+                self.inner
+                    .stats
+                    .late_refunds
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Err(e)) => tracing::warn!(
+                error = %e,
+                "a timed-out check was charged by Redis after all and could not be refunded"
+            ),
+            Err(_) => tracing::warn!(
+                "a timed-out check was charged by Redis after all; its refund timed out too"
+            ),
+        }
     }
 }
 
