@@ -1,0 +1,118 @@
+//! The layer in the stacks users build: tower-http's trace, timeout and CORS layers around
+//! it in one `ServiceBuilder`, under an axum router.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Router;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_http::cors::CorsLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use turnstile::{ManualClock, MemoryBackend, Policy, RateLimitLayer};
+
+fn p(s: &str) -> Policy {
+    s.parse().unwrap()
+}
+
+/// A layer enforcing `policy` in memory, at time 0 for ever (fixed windows count from the
+/// epoch, so the wall clock would make `t` vary).
+fn limit(policy: &str, legacy: bool) -> RateLimitLayer<MemoryBackend<ManualClock>> {
+    RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .policy(p(policy))
+        .legacy_headers(legacy)
+        .build()
+        .unwrap()
+}
+
+fn get_from(path: &str, ip: &str) -> Request<axum::body::Body> {
+    let mut req = Request::builder()
+        .uri(path)
+        .header(header::ORIGIN, "https://app.example")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let addr: SocketAddr = format!("{ip}:40000").parse().unwrap();
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+/// The stack of the issue, verbatim: trace, timeout, CORS, then the limiter.
+fn app(policy: &str) -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "late"
+            }),
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(TraceLayer::new_for_http())
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    Duration::from_secs(10),
+                ))
+                .layer(CorsLayer::permissive())
+                .layer(limit(policy, false)),
+        )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_standard_service_builder_stack_composes_and_each_layer_does_its_part() {
+    let app = app("fixed-window:limit=3,period=1m,name=per-ip");
+    // Admitted: 200 with the limiter's and CORS's headers.
+    for r in [2, 1] {
+        let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["ratelimit"], format!("\"per-ip\";r={r};t=60"));
+        assert_eq!(res.headers()["access-control-allow-origin"], "*");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+    }
+    // The timeout layer answers on its own (with its `Default` body) when the handler is
+    // too slow; the request still counted.
+    let res = app
+        .clone()
+        .oneshot(get_from("/slow", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::REQUEST_TIMEOUT);
+    assert!(res.into_body().collect().await.unwrap().to_bytes().is_empty());
+    // Denied: 429 from the limiter, with CORS headers so a browser can read it.
+    let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["retry-after"], "60");
+    assert_eq!(res.headers()["access-control-allow-origin"], "*");
+    assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=0;t=60");
+    // Another client is unaffected.
+    let res = app.oneshot(get_from("/", "192.0.2.2")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=2;t=60");
+}
+
+#[tokio::test]
+async fn cors_outside_the_limiter_answers_preflights_without_spending_quota() {
+    let app = app("fixed-window:limit=1,period=1m,name=per-ip");
+    for _ in 0..5 {
+        let mut req = get_from("/", "192.0.2.1");
+        *req.method_mut() = Method::OPTIONS;
+        req.headers_mut().insert(
+            header::ACCESS_CONTROL_REQUEST_METHOD,
+            "GET".parse().unwrap(),
+        );
+        let res = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers().get("ratelimit").is_none());
+        assert_eq!(res.headers()["access-control-allow-origin"], "*");
+    }
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=0;t=60");
+}
