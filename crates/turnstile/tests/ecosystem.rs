@@ -116,3 +116,84 @@ async fn cors_outside_the_limiter_answers_preflights_without_spending_quota() {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=0;t=60");
 }
+
+/// A router-wide limit (`Router::layer`) around a tighter per-route one (`route_layer`).
+fn stacked() -> Router {
+    let outer = limit("fixed-window:limit=100,period=1m,name=outer", true);
+    let inner = limit("fixed-window:limit=2,period=1m,name=inner", true);
+    Router::new()
+        .route("/login", get(|| async { "in" }))
+        .route_layer(inner)
+        .route("/free", get(|| async { "free" }))
+        .layer(outer)
+}
+
+#[tokio::test]
+async fn stacked_layers_keep_each_others_headers() {
+    let app = stacked();
+    for (inner_r, outer_r) in [(1, 99), (0, 98)] {
+        let res = app
+            .clone()
+            .oneshot(get_from("/login", "192.0.2.1"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(
+            res.headers()["ratelimit-policy"],
+            "\"inner\";q=2;w=60, \"outer\";q=100;w=60"
+        );
+        assert_eq!(
+            res.headers()["ratelimit"],
+            format!("\"inner\";r={inner_r};t=60, \"outer\";r={outer_r};t=60")
+        );
+        // The single-valued legacy fields are the innermost layer's.
+        assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+        assert_eq!(res.headers()["x-ratelimit-remaining"], inner_r.to_string());
+        assert_eq!(res.headers().get_all("ratelimit").iter().count(), 1);
+    }
+    // Regression (stacked layers replaced each other's headers): the inner limit denies; the
+    // headers name both policies and agree with the body, which names the inner one.
+    let res = app
+        .clone()
+        .oneshot(get_from("/login", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"inner\";r=0;t=60, \"outer\";r=97;t=60"
+    );
+    assert_eq!(
+        res.headers()["ratelimit-policy"],
+        "\"inner\";q=2;w=60, \"outer\";q=100;w=60"
+    );
+    assert_eq!(res.headers()["retry-after"], "60");
+    assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["inner"]));
+    // A route outside the inner layer reports the outer policy only.
+    let res = app.oneshot(get_from("/free", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["ratelimit"], "\"outer\";r=96;t=60");
+    assert_eq!(res.headers()["ratelimit-policy"], "\"outer\";q=100;w=60");
+    assert_eq!(res.headers()["x-ratelimit-limit"], "100");
+}
+
+/// Regression: the outer layer denying answers alone; nothing of the inner layer's.
+#[tokio::test]
+async fn an_outer_denial_carries_only_the_outer_layers_fields() {
+    let outer = limit("fixed-window:limit=1,period=1m,name=outer", false);
+    let inner = limit("fixed-window:limit=5,period=1m,name=inner", false);
+    let app = Router::new()
+        .route("/", get(|| async { "x" }))
+        .route_layer(inner)
+        .layer(outer);
+    let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.headers()["ratelimit"], "\"inner\";r=4;t=60, \"outer\";r=0;t=60");
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["ratelimit"], "\"outer\";r=0;t=60");
+    assert_eq!(res.headers()["ratelimit-policy"], "\"outer\";q=1;w=60");
+}
