@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::Response;
 use turnstile_core::wrap::Fallback;
 use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
@@ -15,7 +14,7 @@ use crate::headers::policy_value;
 use crate::key::{KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::layer::RateLimitLayer;
 use crate::naming;
-use crate::response::{Denial, DenialFn};
+use crate::response::{denial_fn, Denial, DenialBody, DenialFn};
 use crate::rule::{CompiledRule, CostFn, Rule};
 use crate::state::{Config, Settings};
 
@@ -210,15 +209,69 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
 
     /// Answers denials with `f`'s response instead of the default (an RFC 9457 problem, or
     /// gRPC `RESOURCE_EXHAUSTED`). `f` is told the decision and whether the request is
-    /// gRPC; [`Denial::default_response`] gives the default to start from. The layer adds
+    /// gRPC; [`Denial::default_response`] gives the default to start from. The body may be
+    /// anything [`DenialBody`] covers: `String`, `Vec<u8>`, `Bytes`, a static string, and
+    /// with the `axum` feature axum's own body, so `f` may end in
+    /// `IntoResponse::into_response()` (or use
+    /// [`denial_into_response`](Self::denial_into_response)). The layer adds
     /// `RateLimit-Policy` and `RateLimit` (and the legacy fields if enabled) to whatever `f`
-    /// returns.
-    pub fn denial_response<F>(mut self, f: F) -> Self
+    /// returns; `Retry-After` is `f`'s to set (the default response sets it).
+    ///
+    /// A body that is not complete when `f` returns (a stream that would have to wait) cannot
+    /// be sent from a denial: the default denial is sent instead and an error logged once.
+    ///
+    /// # Examples
+    /// ```
+    /// use http::{header, HeaderValue, Response, StatusCode};
+    /// use turnstile::{Policy, RateLimitLayer};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy("gcra:limit=10,period=1m,name=api".parse::<Policy>()?)
+    ///     .denial_response(|d| {
+    ///         let secs = d.retry_after().map_or(0, |r| r.as_secs().max(1));
+    ///         let mut res = Response::new(format!(r#"{{"error":"slow down","retry_in_s":{secs}}}"#));
+    ///         *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///         let json = HeaderValue::from_static("application/json");
+    ///         res.headers_mut().insert(header::CONTENT_TYPE, json);
+    ///         res
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn denial_response<F, T>(mut self, f: F) -> Self
     where
-        F: Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync + 'static,
+        F: Fn(&Denial<'_>) -> Response<T> + Send + Sync + 'static,
+        T: DenialBody,
     {
-        self.parts.response = Some(Arc::new(f));
+        self.parts.response = Some(denial_fn(f));
         self
+    }
+
+    /// [`denial_response`](Self::denial_response) for anything axum's `IntoResponse` takes
+    /// — `(StatusCode, Json(..))`, a `Response`, your own error type — as an axum handler
+    /// returns it (feature `axum`).
+    ///
+    /// # Examples
+    /// ```
+    /// use axum::http::StatusCode;
+    /// use turnstile::{Policy, RateLimitLayer};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy("gcra:limit=10,period=1m,name=api".parse::<Policy>()?)
+    ///     .denial_into_response(|_| (StatusCode::TOO_MANY_REQUESTS, "slow down\n"))
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    pub fn denial_into_response<F, R>(self, f: F) -> Self
+    where
+        F: Fn(&Denial<'_>) -> R + Send + Sync + 'static,
+        R: axum::response::IntoResponse,
+    {
+        self.denial_response(move |d| f(d).into_response())
     }
 
     /// Defines the tier `name`: a key the backend maps to it (see the backends'

@@ -97,7 +97,7 @@ pub use error::InvalidLayer;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
 pub use layer::RateLimitLayer;
-pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
+pub use response::{Denial, DenialBody, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;
 pub use service::RateLimit;
 

@@ -94,6 +94,128 @@ impl<'a> Denial<'a> {
 /// A user's denial response function.
 pub(crate) type DenialFn = Arc<dyn Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync>;
 
+/// A body a custom denial response may have
+/// ([`RateLimitLayerBuilder::denial_response`](crate::RateLimitLayerBuilder::denial_response)):
+/// anything that is complete bytes when the denial is built — `Bytes`, `String`, `Vec<u8>`,
+/// `&'static str`, `&'static [u8]`, `Cow<'static, str>`, `()` (no body), and with the `axum`
+/// feature `axum::body::Body` (so an `axum::response::Response`, what
+/// `IntoResponse::into_response` gives).
+pub trait DenialBody {
+    /// The body's bytes, or `None` when it has no complete value now (a streaming body that
+    /// is not ready at once, a body that fails, or trailers, which a denial cannot carry).
+    fn into_denial_bytes(self) -> Option<Bytes>;
+}
+
+impl DenialBody for Bytes {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(self)
+    }
+}
+
+impl DenialBody for String {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from(self))
+    }
+}
+
+impl DenialBody for Vec<u8> {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from(self))
+    }
+}
+
+impl DenialBody for &'static str {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from_static(self.as_bytes()))
+    }
+}
+
+impl DenialBody for &'static [u8] {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from_static(self))
+    }
+}
+
+impl DenialBody for std::borrow::Cow<'static, str> {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(match self {
+            std::borrow::Cow::Borrowed(s) => Bytes::from_static(s.as_bytes()),
+            std::borrow::Cow::Owned(s) => Bytes::from(s),
+        })
+    }
+}
+
+impl DenialBody for () {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::new())
+    }
+}
+
+/// axum's body: its frames are read at once (a `Json`, `String` or `Bytes` response is
+/// complete); a body that would have to wait gives `None`.
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl DenialBody for axum::body::Body {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        collect_now(self)
+    }
+}
+
+/// The data of `body` if every frame is ready at once, without a runtime.
+#[cfg(feature = "axum")]
+fn collect_now<B: http_body::Body<Data = Bytes>>(body: B) -> Option<Bytes> {
+    use std::task::{Context, Poll, Waker};
+    let mut body = std::pin::pin!(body);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut out: Option<bytes::BytesMut> = None;
+    let mut first: Option<Bytes> = None;
+    loop {
+        match body.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(None) => break,
+            Poll::Ready(Some(Ok(frame))) => {
+                let data = frame.into_data().ok()?;
+                match (&mut out, first.take()) {
+                    (None, None) => first = Some(data),
+                    (None, Some(f)) => {
+                        let mut b = bytes::BytesMut::from(&f[..]);
+                        b.extend_from_slice(&data);
+                        out = Some(b);
+                    }
+                    (Some(b), _) => b.extend_from_slice(&data),
+                }
+            }
+            Poll::Ready(Some(Err(_))) | Poll::Pending => return None,
+        }
+    }
+    Some(match out {
+        Some(b) => b.freeze(),
+        None => first.unwrap_or_default(),
+    })
+}
+
+/// Turns a user's denial function returning any [`DenialBody`] into a [`DenialFn`]. A body
+/// with no complete value is replaced by the default denial, with one error logged per
+/// layer: the client still gets a correct denial.
+pub(crate) fn denial_fn<F, T>(f: F) -> DenialFn
+where
+    F: Fn(&Denial<'_>) -> Response<T> + Send + Sync + 'static,
+    T: DenialBody,
+{
+    let warned = std::sync::atomic::AtomicBool::new(false);
+    Arc::new(move |d: &Denial<'_>| {
+        let (parts, body) = f(d).into_parts();
+        match body.into_denial_bytes() {
+            Some(bytes) => Response::from_parts(parts, bytes),
+            None => {
+                if !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(target: "turnstile", "the custom denial response's body is not complete when built (a stream, an error or trailers); sending the default denial instead");
+                }
+                default_denial(d)
+            }
+        }
+    })
+}
+
 /// Wraps a `DenialFn` for `Debug` output.
 pub(crate) struct DenialFnDebug<'a>(pub(crate) &'a Option<DenialFn>);
 

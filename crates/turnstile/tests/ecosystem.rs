@@ -197,3 +197,90 @@ async fn an_outer_denial_carries_only_the_outer_layers_fields() {
     assert_eq!(res.headers()["ratelimit"], "\"outer\";r=0;t=60");
     assert_eq!(res.headers()["ratelimit-policy"], "\"outer\";q=1;w=60");
 }
+
+/// The JSON error shape an API returns everywhere, for denials too.
+fn json_error(d: &turnstile::Denial<'_>) -> impl axum::response::IntoResponse {
+    let body = serde_json::json!({
+        "error": { "code": "rate_limited", "retry_after_s": d.retry_after().map(|r| r.as_secs()) }
+    });
+    (StatusCode::TOO_MANY_REQUESTS, axum::Json(body))
+}
+
+#[tokio::test]
+async fn a_custom_denial_is_whatever_an_axum_handler_would_return() {
+    let layer = RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .policy(p("fixed-window:limit=1,period=1m,name=api"))
+        .denial_into_response(json_error)
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
+    let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["content-type"], "application/json");
+    // The layer's own fields are added to the custom response.
+    assert_eq!(res.headers()["ratelimit"], "\"api\";r=0;t=60");
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+        serde_json::json!({"error": {"code": "rate_limited", "retry_after_s": 60}})
+    );
+}
+
+#[tokio::test]
+async fn a_custom_denial_body_may_be_a_string_or_bytes() {
+    for body in [0, 1, 2] {
+        let layer = RateLimitLayer::builder()
+            .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+            .policy(p("fixed-window:limit=1,period=1m,name=api"))
+            .denial_response(move |_| {
+                let mut res = match body {
+                    0 => http::Response::new(String::from("slow")).map(String::into_bytes),
+                    1 => http::Response::new(b"slow".to_vec()),
+                    _ => http::Response::new(&b"slow"[..]).map(<[u8]>::to_vec),
+                };
+                *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                res
+            })
+            .build()
+            .unwrap();
+        let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
+        app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+        let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"slow");
+    }
+}
+
+/// A body that never yields a frame.
+struct Never;
+
+impl http_body::Body for Never {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+#[tokio::test]
+async fn a_streaming_custom_denial_body_falls_back_to_the_default_denial() {
+    let layer = RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .policy(p("fixed-window:limit=1,period=1m,name=api"))
+        .denial_into_response(|_| axum::body::Body::new(Never))
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
+    app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+    assert_eq!(res.headers()["retry-after"], "60");
+}
