@@ -133,7 +133,11 @@ async fn the_standard_tower_http_stack_wraps_a_tonic_server() {
 
     let layer = RateLimitLayer::builder()
         .key((GrpcMethod, PeerIp::new()))
-        .policy("fixed-window:limit=2,period=1m,name=per-call".parse().unwrap())
+        .policy(
+            "fixed-window:limit=2,period=1m,name=per-call"
+                .parse()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

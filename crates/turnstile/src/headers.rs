@@ -225,12 +225,20 @@ mod tests {
         h.insert(RATELIMIT, HeaderValue::from_static("\"inner\";r=0;t=60"));
         h.append(RATELIMIT, HeaderValue::from_static(" \"app\";r=3 "));
         h.insert(X_RATELIMIT_LIMIT, HeaderValue::from_static("2"));
-        append_list(&mut h, RATELIMIT, HeaderValue::from_static("\"outer\";r=98;t=60"));
+        append_list(
+            &mut h,
+            RATELIMIT,
+            HeaderValue::from_static("\"outer\";r=98;t=60"),
+        );
         assert_eq!(
             h.get_all(RATELIMIT).iter().collect::<Vec<_>>(),
             ["\"inner\";r=0;t=60, \"app\";r=3, \"outer\";r=98;t=60"]
         );
-        append_list(&mut h, RATELIMIT_POLICY, HeaderValue::from_static("\"outer\";q=100"));
+        append_list(
+            &mut h,
+            RATELIMIT_POLICY,
+            HeaderValue::from_static("\"outer\";q=100"),
+        );
         assert_eq!(h[RATELIMIT_POLICY], "\"outer\";q=100");
     }
 }

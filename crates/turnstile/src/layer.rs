@@ -69,6 +69,15 @@ use crate::state::{Config, Settings};
 ///     .build()?;
 /// # let _ = layer; Ok(()) }
 /// ```
+///
+/// # With CORS and other tower-http layers
+/// Put tower-http's `CorsLayer` *outside* the limiter (listed before it in a
+/// `ServiceBuilder`, or added after it with axum's `Router::layer`): it answers browsers'
+/// preflight `OPTIONS` requests itself, so they spend no quota, and it adds its headers to
+/// the limiter's `429`s, so a browser script can read them. The usual stack:
+/// `ServiceBuilder::new().layer(TraceLayer::new_for_http()).layer(TimeoutLayer::..)
+/// .layer(CorsLayer::..).layer(rate_limit)`. Preflights that do reach the limiter count
+/// like any request unless a rule exempts them: [`Rule::preflight`](crate::Rule::preflight).
 pub struct RateLimitLayer<B = MemoryBackend, K = PeerIp> {
     pub(crate) config: Arc<Config<B, K>>,
 }

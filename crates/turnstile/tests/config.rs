@@ -217,6 +217,10 @@ fn broken_files_say_what_and_where() {
         ),
         ("key = \"ip\"\n", "turnstile.toml: no policy applies to any request"),
         (
+            "policies = [\"gcra:limit=5,period=1s\"]\n[[rules]]\npreflight = true\nmethods = [\"OPTIONS\"]\nexempt = true\n",
+            "turnstile.toml:2:1: rules[0]: `preflight = true` matches OPTIONS requests only; drop `methods`",
+        ),
+        (
             "polices = [\"gcra:limit=5,period=1s\"]\n",
             "turnstile.toml:1:1: polices: unknown field `polices`",
         ),
@@ -302,4 +306,26 @@ max_keys = 10
         );
     }
     assert_eq!(layer.shadow_denied(), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_preflight_rule_in_the_file_exempts_cors_preflights() {
+    let config = LayerConfig::from_toml(
+        "t.toml",
+        "policies = [\"fixed-window:limit=1,period=1m,name=per-ip\"]\n[[rules]]\npreflight = true\nexempt = true\n",
+    )
+    .unwrap();
+    assert!(config.to_string().contains("preflight: exempt"), "{config}");
+    let mut svc = config.builder().build().unwrap().layer(inner());
+    for _ in 0..3 {
+        let mut req = request("OPTIONS", "/", "192.0.2.1:4000");
+        req.headers_mut().insert(
+            http::header::ACCESS_CONTROL_REQUEST_METHOD,
+            http::HeaderValue::from_static("GET"),
+        );
+        assert_eq!(status(&mut svc, req).await, StatusCode::OK);
+    }
+    let get = || request("GET", "/", "192.0.2.1:4000");
+    assert_eq!(status(&mut svc, get()).await, StatusCode::OK);
+    assert_eq!(status(&mut svc, get()).await, StatusCode::TOO_MANY_REQUESTS);
 }

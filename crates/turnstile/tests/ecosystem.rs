@@ -69,7 +69,11 @@ async fn the_standard_service_builder_stack_composes_and_each_layer_does_its_par
     let app = app("fixed-window:limit=3,period=1m,name=per-ip");
     // Admitted: 200 with the limiter's and CORS's headers.
     for r in [2, 1] {
-        let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+        let res = app
+            .clone()
+            .oneshot(get_from("/", "192.0.2.1"))
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()["ratelimit"], format!("\"per-ip\";r={r};t=60"));
         assert_eq!(res.headers()["access-control-allow-origin"], "*");
@@ -84,9 +88,19 @@ async fn the_standard_service_builder_stack_composes_and_each_layer_does_its_par
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::REQUEST_TIMEOUT);
-    assert!(res.into_body().collect().await.unwrap().to_bytes().is_empty());
+    assert!(res
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .is_empty());
     // Denied: 429 from the limiter, with CORS headers so a browser can read it.
-    let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    let res = app
+        .clone()
+        .oneshot(get_from("/", "192.0.2.1"))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers()["retry-after"], "60");
     assert_eq!(res.headers()["access-control-allow-origin"], "*");
@@ -190,8 +204,15 @@ async fn an_outer_denial_carries_only_the_outer_layers_fields() {
         .route("/", get(|| async { "x" }))
         .route_layer(inner)
         .layer(outer);
-    let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
-    assert_eq!(res.headers()["ratelimit"], "\"inner\";r=4;t=60, \"outer\";r=0;t=60");
+    let res = app
+        .clone()
+        .oneshot(get_from("/", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"inner\";r=4;t=60, \"outer\";r=0;t=60"
+    );
     let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers()["ratelimit"], "\"outer\";r=0;t=60");
@@ -214,8 +235,14 @@ async fn a_custom_denial_is_whatever_an_axum_handler_would_return() {
         .denial_into_response(json_error)
         .build()
         .unwrap();
-    let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
-    let res = app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let res = app
+        .clone()
+        .oneshot(get_from("/", "192.0.2.1"))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -246,8 +273,13 @@ async fn a_custom_denial_body_may_be_a_string_or_bytes() {
             })
             .build()
             .unwrap();
-        let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
-        app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        app.clone()
+            .oneshot(get_from("/", "192.0.2.1"))
+            .await
+            .unwrap();
         let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         let bytes = res.into_body().collect().await.unwrap().to_bytes();
@@ -277,10 +309,86 @@ async fn a_streaming_custom_denial_body_falls_back_to_the_default_denial() {
         .denial_into_response(|_| axum::body::Body::new(Never))
         .build()
         .unwrap();
-    let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
-    app.clone().oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    app.clone()
+        .oneshot(get_from("/", "192.0.2.1"))
+        .await
+        .unwrap();
     let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers()["content-type"], "application/problem+json");
     assert_eq!(res.headers()["retry-after"], "60");
+}
+
+fn preflight_from(ip: &str) -> Request<axum::body::Body> {
+    let mut req = get_from("/", ip);
+    *req.method_mut() = Method::OPTIONS;
+    req.headers_mut().insert(
+        header::ACCESS_CONTROL_REQUEST_METHOD,
+        "GET".parse().unwrap(),
+    );
+    req
+}
+
+/// An app that answers `OPTIONS` itself, inside the limiter (no CORS layer in front).
+fn options_app(layer: RateLimitLayer<MemoryBackend<ManualClock>>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello" }).options(|| async { "" }))
+        .layer(layer)
+}
+
+/// Regression: browser preflights spent quota, so after three preflights the real GET was
+/// refused. `Rule::preflight()` exempts them.
+#[tokio::test]
+async fn three_preflights_no_longer_refuse_the_real_get() {
+    let layer = RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .rule(turnstile::Rule::preflight())
+        .policy(p("fixed-window:limit=3,period=1m,name=per-ip"))
+        .build()
+        .unwrap();
+    let app = options_app(layer);
+    for _ in 0..3 {
+        let res = app
+            .clone()
+            .oneshot(preflight_from("192.0.2.1"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers().get("ratelimit").is_none());
+    }
+    for r in [2, 1, 0] {
+        let res = app
+            .clone()
+            .oneshot(get_from("/", "192.0.2.1"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["ratelimit"], format!("\"per-ip\";r={r};t=60"));
+    }
+    // A plain OPTIONS (no Access-Control-Request-Method) is not a preflight: it counts.
+    let mut plain = get_from("/", "192.0.2.1");
+    *plain.method_mut() = Method::OPTIONS;
+    let res = app.oneshot(plain).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// The documented default: without the rule (and without a CORS layer in front) the limiter
+/// counts preflights like any request.
+#[tokio::test]
+async fn preflights_that_reach_the_limiter_count_by_default() {
+    let app = options_app(limit("fixed-window:limit=3,period=1m,name=per-ip", false));
+    for r in [2, 1, 0] {
+        let res = app
+            .clone()
+            .oneshot(preflight_from("192.0.2.1"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["ratelimit"], format!("\"per-ip\";r={r};t=60"));
+    }
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
 }

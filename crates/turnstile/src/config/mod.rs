@@ -46,8 +46,16 @@
 //!
 //! A rule: `name`, `methods` (`["GET", "HEAD"]`), `path` (exact) or `path_prefix`
 //! (segment-wise), `grpc_service` (`helloworld.Greeter`) or `grpc_method`
-//! (`helloworld.Greeter/SayHello`), and then `policies` (with an optional `cost`) or
-//! `exempt = true`. Unnamed policies are named after their rule, as [`Rule`] says.
+//! (`helloworld.Greeter/SayHello`), `preflight = true` (CORS preflights: `OPTIONS` with
+//! `Access-Control-Request-Method`; see [`Rule::preflight`]), and then `policies` (with an
+//! optional `cost`) or `exempt = true`. Preflights count like any request unless a rule
+//! exempts them:
+//!
+//! ```toml
+//! [[rules]]
+//! preflight = true
+//! exempt = true
+//! ``` Unnamed policies are named after their rule, as [`Rule`] says.
 
 // `validate` reads a file into a `LayerConfig` (`from_file`, `from_toml`); `display` prints
 // it as `turnstile check-config` does.

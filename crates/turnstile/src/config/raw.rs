@@ -51,6 +51,8 @@ pub(super) struct RawRule {
     pub(super) grpc_service: Option<GrpcService>,
     pub(super) grpc_method: Option<GrpcMethodSpec>,
     #[serde(default)]
+    pub(super) preflight: bool,
+    #[serde(default)]
     pub(super) policies: Vec<Spanned<PolicySpec>>,
     #[serde(default)]
     pub(super) exempt: bool,

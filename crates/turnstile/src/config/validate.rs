@@ -328,6 +328,11 @@ impl Validator<'_> {
                 "give either `grpc_service` or `grpc_method`, not both",
             ));
         }
+        if r.preflight && !r.methods.is_empty() {
+            return Err(fail(
+                "`preflight = true` matches OPTIONS requests only; drop `methods`",
+            ));
+        }
         if r.exempt && !r.policies.is_empty() {
             return Err(fail("an exempt rule takes no policies"));
         }
@@ -357,6 +362,9 @@ impl Validator<'_> {
         }
         if let Some(m) = &r.grpc_method {
             rule = rule.grpc_method(m.0 .0.clone(), m.0 .1.clone());
+        }
+        if r.preflight {
+            rule = rule.cors_preflight();
         }
         if r.exempt {
             rule = rule.exempt();
