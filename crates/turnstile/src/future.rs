@@ -140,6 +140,8 @@ where
             Ok(k) => k,
             Err(e) => {
                 crate::metrics::missing_key(e.kind());
+                // A misconfiguration (no connect info) is logged once, whatever the outcome.
+                config.key_failed(&e);
                 match &settings.missing_key {
                     MissingKey::Allow => {
                         fut.req = Some(req);
@@ -147,7 +149,6 @@ where
                     }
                     MissingKey::Key(k) => String::from(&**k),
                     MissingKey::Reject => {
-                        config.key_failed(&e);
                         let res = Some(key_error(&e, protocol));
                         fut.state = State::Respond { res };
                         return fut;

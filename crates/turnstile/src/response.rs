@@ -291,34 +291,86 @@ fn too_many_requests(decision: &Decision) -> Response<Bytes> {
     res
 }
 
-/// The fail-closed answer when the backend cannot decide: `503` or `UNAVAILABLE`.
+/// The fail-closed answer when the backend cannot decide: `503` with an RFC 9457 problem
+/// body, or gRPC `UNAVAILABLE`.
 pub(crate) fn unavailable(protocol: Protocol) -> Response<Bytes> {
     const MSG: &str = "The rate limiter is unavailable; try again later.";
     if protocol == Protocol::Grpc {
         grpc::status_only(Code::Unavailable, MSG)
     } else {
-        plain(StatusCode::SERVICE_UNAVAILABLE, format!("{MSG}\n"))
+        problem(StatusCode::SERVICE_UNAVAILABLE, MSG)
     }
 }
 
-/// The answer to a request whose key cannot be extracted.
+/// The answer to a request whose key cannot be extracted: `500` (the server's
+/// misconfiguration) or `400` (the request lacks what it is keyed by) with an RFC 9457
+/// problem body whose `detail` says what is missing and how to fix it; gRPC `INTERNAL` or
+/// `INVALID_ARGUMENT`.
 pub(crate) fn key_error(e: &KeyError, protocol: Protocol) -> Response<Bytes> {
     let msg = e.message();
+    let msg = msg.trim_end();
     match (protocol == Protocol::Grpc, e.is_misconfiguration()) {
-        (true, true) => grpc::status_only(Code::Internal, msg.trim_end()),
-        (true, false) => grpc::status_only(Code::InvalidArgument, msg.trim_end()),
-        (false, true) => plain(StatusCode::INTERNAL_SERVER_ERROR, msg.into_owned()),
-        (false, false) => plain(StatusCode::BAD_REQUEST, msg.into_owned()),
+        (true, true) => grpc::status_only(Code::Internal, msg),
+        (true, false) => grpc::status_only(Code::InvalidArgument, msg),
+        (false, true) => problem(StatusCode::INTERNAL_SERVER_ERROR, msg),
+        (false, false) => problem(StatusCode::BAD_REQUEST, msg),
     }
 }
 
-/// A plain-text response.
-pub(crate) fn plain(status: StatusCode, text: String) -> Response<Bytes> {
-    let mut res = Response::new(Bytes::from(text));
+/// An RFC 9457 `application/problem+json` response of type `about:blank` (the problem is
+/// what the status code says; RFC 9457, section 4.2.1), titled with the status's reason
+/// phrase, with `detail` as the explanation — the shape of the `429`'s body, so a client
+/// reads every error turnstile writes the same way.
+pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Bytes> {
+    let mut body = String::with_capacity(96 + detail.len());
+    let _ = write!(
+        body,
+        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"",
+        status.canonical_reason().unwrap_or(""),
+        status.as_u16()
+    );
+    json_escape_into(&mut body, detail);
+    body.push_str("\"}");
+    let mut res = Response::new(Bytes::from(body));
     *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
+        HeaderValue::from_static("application/problem+json"),
     );
     res
+}
+
+/// Appends `s` to `out` as the inside of a JSON string (RFC 8259, section 7).
+fn json_escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_details_escape_their_detail() {
+        let res = problem(StatusCode::BAD_REQUEST, "a \"b\" \\ c\n\u{1}");
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        assert_eq!(
+            res.body(),
+            "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"a \\\"b\\\" \\\\ c\\n\\u0001\"}"
+        );
+    }
 }

@@ -76,10 +76,12 @@ impl<B, K> Config<B, K> {
         }
     }
 
-    /// Notes a key that could not be extracted: a misconfiguration is logged once.
+    /// Notes a key that could not be extracted: a misconfiguration (no connect info, no
+    /// matched route) is logged once per layer, with the fix, whatever [`MissingKey`] then
+    /// does with the request.
     pub(crate) fn key_failed(&self, e: &KeyError) {
         if e.is_misconfiguration() && !self.stats.warned_key.swap(true, Ordering::Relaxed) {
-            tracing::error!("{e}");
+            tracing::error!(target: "turnstile", kind = e.kind(), "{e}");
         }
     }
 

@@ -392,3 +392,70 @@ async fn preflights_that_reach_the_limiter_count_by_default() {
     let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// The errors turnstile writes itself are RFC 9457 problems like its 429.
+#[tokio::test]
+async fn every_error_turnstile_writes_is_a_problem_document() {
+    async fn problem(res: http::Response<axum::body::Body>) -> serde_json::Value {
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&body).unwrap()
+    }
+    // 500: no connect info, with the fix in `detail`.
+    let app = Router::new()
+        .route("/", get(|| async { "x" }))
+        .layer(limit("fixed-window:limit=1,period=1m,name=per-ip", false));
+    let req = Request::builder()
+        .uri("/")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let res = app.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let doc = problem(res).await;
+    assert_eq!(doc["type"], "about:blank");
+    assert_eq!(doc["title"], "Internal Server Error");
+    assert_eq!(doc["status"], 500);
+    assert!(doc["detail"]
+        .as_str()
+        .unwrap()
+        .contains("into_make_service_with_connect_info::<std::net::SocketAddr>()"));
+    // 400: the header the key is read from is missing.
+    let layer = RateLimitLayer::builder()
+        .key(turnstile::key::HeaderKey::named("x-api-key").unwrap())
+        .policy(p("fixed-window:limit=1,period=1m,name=per-key"))
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(|| async { "x" })).layer(layer);
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let doc = problem(res).await;
+    assert_eq!(
+        (doc["title"].as_str(), doc["status"].as_u64()),
+        (Some("Bad Request"), Some(400))
+    );
+    assert_eq!(
+        doc["detail"],
+        "turnstile: this request has no `x-api-key` header to rate-limit by."
+    );
+    // 503: the backend cannot decide and the layer fails closed.
+    let policy = p("gcra:limit=5,period=1s");
+    let full = MemoryBackend::builder().max_keys(1).build();
+    turnstile::Backend::check(&full, "someone-else", std::slice::from_ref(&policy), 1)
+        .into_inner()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy)
+        .backend(full)
+        .on_backend_failure(turnstile::FailurePolicy::Closed);
+    let app = Router::new().route("/", get(|| async { "x" })).layer(layer);
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        problem(res).await,
+        serde_json::json!({
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "The rate limiter is unavailable; try again later."
+        })
+    );
+}
