@@ -17,6 +17,7 @@ use crate::naming;
 use crate::response::{denial_fn, Denial, DenialBody, DenialFn};
 use crate::rule::{CompiledRule, CostFn, Rule};
 use crate::state::{Config, Settings};
+use crate::tier::{RequestTier, RuleTiers, TierFn};
 
 impl RateLimitLayer<MemoryBackend, PeerIp> {
     /// A layer enforcing `policy` on every request per client peer IP, in memory.
@@ -69,6 +70,7 @@ struct Parts {
     legacy_headers: bool,
     response: Option<DenialFn>,
     tiers: Vec<(String, Vec<Policy>)>,
+    request_tier: Option<TierFn>,
     unconfigured: Unconfigured,
     key_logging: KeyLogging,
 }
@@ -91,6 +93,7 @@ impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
                 legacy_headers: false,
                 response: None,
                 tiers: Vec::new(),
+                request_tier: None,
                 unconfigured: Unconfigured::Defaults,
                 key_logging: KeyLogging::Hashed,
             },
@@ -288,6 +291,54 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Chooses each request's tier with `f` — from a claim an authentication layer put in
+    /// the request's extensions, a header the gateway sets — instead of (or besides) a tier
+    /// stored per key in the backend. `f` returns [`RequestTier::named`] for a tier defined
+    /// with [`tier`](Self::tier), [`RequestTier::Unlimited`], or [`RequestTier::Defaults`]
+    /// for the rule's policies.
+    ///
+    /// A key's stored configuration still wins, atomically in the backend (Redis included):
+    /// **the key's stored override > the key's stored tier > the request's tier > the rule's
+    /// policies** (or [`when_unconfigured`](Self::when_unconfigured) when `f` chose
+    /// `Defaults`). So an operator's per-key decision (`turnstile quota set-override`)
+    /// holds whatever the request claims. `f` runs once per checked request (not for exempt
+    /// rules or exempt keys) and must be cheap; it must not panic.
+    ///
+    /// # Examples
+    /// Anonymous 10/min, signed-in 50/min, premium 100/min, admins unlimited, from a claim
+    /// an authentication layer put in the extensions:
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Policy, RateLimitLayer, RequestTier};
+    ///
+    /// #[derive(Clone)]
+    /// enum Plan { Free, Premium, Admin }
+    /// #[derive(Clone)]
+    /// struct Claims { plan: Plan }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_min = |n| Policy::token_bucket(n, Duration::from_secs(60))?.with_name("per-user");
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(per_min(10)?)
+    ///     .tier("signed-in", [per_min(50)?])
+    ///     .tier("premium", [per_min(100)?])
+    ///     .request_tier(|req| match req.extensions().get::<Claims>().map(|c| &c.plan) {
+    ///         None => RequestTier::Defaults,
+    ///         Some(Plan::Free) => RequestTier::named("signed-in"),
+    ///         Some(Plan::Premium) => RequestTier::named("premium"),
+    ///         Some(Plan::Admin) => RequestTier::Unlimited,
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn request_tier<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&RequestRef<'_>) -> RequestTier + Send + Sync + 'static,
+    {
+        self.parts.request_tier = Some(Arc::new(f));
+        self
+    }
+
     /// What to do with a key that has neither an override nor a tier this layer defines
     /// (default [`Unconfigured::Defaults`]: check the rule's policies). With
     /// [`Unconfigured::Deny`] such requests get a denial no wait can help; with
@@ -351,6 +402,12 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                     .map_err(InvalidLayer::Tier)?;
             }
             rule.limits = Some(limits);
+            if p.request_tier.is_some() {
+                rule.tiers = Some(
+                    RuleTiers::new(&rule.policies, &rule.policy_header, &p.tiers)
+                        .map_err(InvalidLayer::Tier)?,
+                );
+            }
         }
         let metric_keys = crate::metrics::Keys::new(
             rules
@@ -377,6 +434,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                     headers_on_allowed: p.headers_on_allowed,
                     legacy_headers: p.legacy_headers,
                     response: p.response,
+                    request_tier: p.request_tier,
                     key_logging: p.key_logging,
                     metric_keys: Arc::new(metric_keys),
                 }),
@@ -407,6 +465,7 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     Ok(CompiledRule {
         policy_header: policy_value(policies.iter()),
         limits: None,
+        tiers: None,
         policies,
         rule,
         max_leaky_delay,

@@ -7,6 +7,7 @@ use http::{HeaderValue, Method};
 use turnstile_core::Policy;
 
 use crate::key::{grpc_path, RequestRef};
+use crate::tier::Chosen;
 
 /// A function giving a request's cost in units.
 pub(crate) type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u64 + Send + Sync>;
@@ -289,10 +290,43 @@ pub(crate) struct CompiledRule {
     pub(crate) policies: Arc<[Policy]>,
     /// The rule's policies with the layer's tiers; `None` for an exempt rule.
     pub(crate) limits: Option<turnstile_core::Limits>,
+    /// The sets a request's tier selects, when the layer chooses tiers per request.
+    pub(crate) tiers: Option<crate::tier::RuleTiers>,
     pub(crate) policy_header: HeaderValue,
     /// The longest delay a leaky-bucket policy of this rule can ask for, (B − 1)·T, rounded
     /// up to whole nanoseconds; zero without a leaky bucket.
     pub(crate) max_leaky_delay: std::time::Duration,
+}
+
+impl CompiledRule {
+    /// The limits to check for a request whose tier resolved to `chosen`; `None` for an
+    /// exempt rule.
+    pub(crate) fn limits_for(&self, chosen: Chosen) -> Option<&turnstile_core::Limits> {
+        match (chosen, &self.tiers) {
+            (Some(i), Some(t)) => t.limits(i),
+            _ => self.limits.as_ref(),
+        }
+    }
+
+    /// The `RateLimit-Policy` value of the policies `chosen` checks by default.
+    pub(crate) fn policy_header_for(&self, chosen: Chosen) -> &HeaderValue {
+        match (chosen, &self.tiers) {
+            (Some(i), Some(t)) => t.header(i).unwrap_or(&self.policy_header),
+            _ => &self.policy_header,
+        }
+    }
+
+    /// `result` labelled with the request's tier when that tier decided.
+    pub(crate) fn relabel(
+        &self,
+        chosen: Chosen,
+        result: turnstile_core::CheckResult,
+    ) -> turnstile_core::CheckResult {
+        match &self.tiers {
+            Some(t) if chosen.is_some() => t.relabel(chosen, result),
+            _ => result,
+        }
+    }
 }
 
 impl fmt::Debug for CompiledRule {

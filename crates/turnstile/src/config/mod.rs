@@ -41,6 +41,7 @@
 //! | `headers_on_allowed`, `legacy_headers` | as the builder's methods of those names | `true`, `false` |
 //! | `log_keys` | keys in spans and logs: `"hashed"`, `"plain"`, `"hidden"` ([`KeyLogging`]) | `"hashed"` |
 //! | `[tiers]` | `NAME = [policies...]`: the policies of each tier | none |
+//! | `tier_header` | a header whose value names each request's tier (one of `[tiers]`; absent, empty or naming no tier: the rule's policies). A key's stored override or tier still wins (see [`RequestTier`](crate::RequestTier)). Trust it only from a gateway that sets or strips it: a client could otherwise pick its own tier | none |
 //! | `[[rules]]` | rules, tried in order; the first that matches applies | none |
 //! | `[backend]` | where state lives (see [`BackendConfig`]): `url`, `prefix`, `timeout`, `failure`, `max_keys` | in memory |
 //!
@@ -111,6 +112,7 @@ pub struct LayerConfig {
     key_logging: KeyLogging,
     headers_on_allowed: bool,
     legacy_headers: bool,
+    tier_header: Option<http::HeaderName>,
     exempt_keys: Vec<String>,
     backend: BackendConfig,
 }
@@ -143,6 +145,9 @@ impl LayerConfig {
         }
         for (name, policies) in &self.tiers {
             b = b.tier(name.clone(), policies.iter().cloned());
+        }
+        if let Some(h) = &self.tier_header {
+            b = b.request_tier(tier_from_header(h.clone(), &self.tiers));
         }
         b
     }
@@ -182,8 +187,29 @@ impl LayerConfig {
         self.unconfigured
     }
 
+    /// The header whose value names each request's tier (`tier_header`), if any.
+    pub fn tier_header(&self) -> Option<&http::HeaderName> {
+        self.tier_header.as_ref()
+    }
+
     /// The `[backend]` table.
     pub fn backend(&self) -> &BackendConfig {
         &self.backend
+    }
+}
+
+/// The request-tier function of `tier_header = "NAME"`: the header's value names one of
+/// `tiers`; absent, empty, or naming no tier, the rule's policies.
+fn tier_from_header(
+    header: http::HeaderName,
+    tiers: &[(String, Vec<Policy>)],
+) -> impl Fn(&crate::key::RequestRef<'_>) -> crate::RequestTier + Send + Sync + 'static {
+    let names: std::sync::Arc<[String]> = tiers.iter().map(|(n, _)| n.clone()).collect();
+    move |req| {
+        let value = req.headers().get(&header).map(http::HeaderValue::as_bytes);
+        match value.and_then(|v| names.iter().find(|n| n.as_bytes() == v)) {
+            Some(name) => crate::RequestTier::named(name.clone()),
+            None => crate::RequestTier::Defaults,
+        }
     }
 }
