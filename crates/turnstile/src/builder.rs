@@ -416,6 +416,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                 .chain(p.tiers.iter().flat_map(|(_, p)| p.iter())),
         );
         Ok(RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: Fallback::new(backend, p.failure),
                 key,

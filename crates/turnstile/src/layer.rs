@@ -12,7 +12,7 @@ use crate::error::InvalidLayer;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::response::DenialFnDebug;
 use crate::service::RateLimit;
-use crate::state::{Config, Settings};
+use crate::state::{Config, Live, Settings};
 
 /// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
 ///
@@ -80,12 +80,16 @@ use crate::state::{Config, Settings};
 /// like any request unless a rule exempts them: [`Rule::preflight`](crate::Rule::preflight).
 pub struct RateLimitLayer<B = MemoryBackend, K = PeerIp> {
     pub(crate) config: Arc<Config<B, K>>,
+    /// The configuration in force, when the layer can be reloaded (`config::ConfigReload`):
+    /// each request reads it once, when it arrives.
+    pub(crate) live: Option<Live<B, K>>,
 }
 
 impl<B, K> Clone for RateLimitLayer<B, K> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             config: Arc::clone(&self.config),
+            live: self.live.clone(),
         }
     }
 }
@@ -105,6 +109,19 @@ impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
 }
 
 impl<B, K> RateLimitLayer<B, K> {
+    /// The same layer, made reloadable: every service it builds reads the configuration in
+    /// force once per request, from a pointer [`Live::store`] swaps. The methods below that
+    /// derive a new layer (`backend`, `key`, `on_backend_failure`, `with_action`) derive a
+    /// fixed one from the configuration as built.
+    pub(crate) fn into_live(self) -> (Self, Live<B, K>) {
+        let live: Live<B, K> = Arc::new(arc_swap::ArcSwap::new(Arc::clone(&self.config)));
+        let layer = RateLimitLayer {
+            config: self.config,
+            live: Some(Arc::clone(&live)),
+        };
+        (layer, live)
+    }
+
     /// The same layer with state in `backend` (for example a shared [`MemoryBackend`], or a
     /// Redis backend so a fleet enforces one limit). The shadow-mode count and incident state
     /// stay shared with this layer.
@@ -114,6 +131,7 @@ impl<B, K> RateLimitLayer<B, K> {
     {
         let c = &self.config;
         RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: Fallback::new(backend, c.settings.failure),
                 key: c.key.clone(),
@@ -130,6 +148,7 @@ impl<B, K> RateLimitLayer<B, K> {
     {
         let c = &self.config;
         RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: c.backend.clone(),
                 key,
@@ -150,6 +169,7 @@ impl<B, K> RateLimitLayer<B, K> {
         let mut settings = Settings::clone(&c.settings);
         settings.failure = failure;
         RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: Fallback::new(c.backend.inner().clone(), failure),
                 key: c.key.clone(),
@@ -174,6 +194,7 @@ impl<B, K> RateLimitLayer<B, K> {
         let mut settings = Settings::clone(&c.settings);
         settings.action = action;
         Ok(RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: c.backend.clone(),
                 key: c.key.clone(),
@@ -183,7 +204,8 @@ impl<B, K> RateLimitLayer<B, K> {
         })
     }
 
-    /// The layer's own policies (those applied to requests no rule matches), in order.
+    /// The layer's own policies (those applied to requests no rule matches), in order, as
+    /// built (a reloaded configuration's are `ConfigReload::current`'s).
     pub fn policies(&self) -> &[Policy] {
         let s = &self.config.settings;
         match s.rules.last() {
@@ -216,6 +238,7 @@ impl<S, B, K> Layer<S> for RateLimitLayer<B, K> {
         RateLimit {
             inner,
             config: Arc::clone(&self.config),
+            live: self.live.clone(),
         }
     }
 }

@@ -26,6 +26,9 @@ pub(crate) struct Config<B, K> {
     pub(crate) stats: Arc<Stats>,
 }
 
+/// A reloadable layer's configuration in force, swapped whole.
+pub(crate) type Live<B, K> = Arc<arc_swap::ArcSwap<Config<B, K>>>;
+
 /// The layer's configuration apart from backend and key.
 #[derive(Clone)]
 pub(crate) struct Settings {

@@ -19,6 +19,9 @@
 //! # let _ = layer; Ok(()) }
 //! ```
 //!
+//! A layer built from a file can take a new version of it while it serves: see
+//! [`ConfigReload`] (on `SIGHUP`, or when the file changes).
+//!
 //! Errors name the file, the line and column, and the field:
 //! `turnstile.toml:12:13: rules[1].policies[0]: limit 0 is out of range (1 to 4294967295)`
 //! (indices count from 0, in file order).
@@ -65,6 +68,7 @@ mod display;
 mod error;
 mod key;
 mod raw;
+mod reload;
 mod validate;
 
 use turnstile_core::{MemoryBackend, Policy, Unconfigured};
@@ -72,6 +76,7 @@ use turnstile_core::{MemoryBackend, Policy, Unconfigured};
 pub use backend::BackendConfig;
 pub use error::ConfigFileError;
 pub use key::ConfigKey;
+pub use reload::{ConfigReload, ReloadError};
 
 use crate::action::Action;
 use crate::builder::RateLimitLayerBuilder;
