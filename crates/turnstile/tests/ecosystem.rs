@@ -459,3 +459,74 @@ async fn every_error_turnstile_writes_is_a_problem_document() {
         })
     );
 }
+
+/// The README's pitfalls, as axum behaves: `Router::layer` limits `404`s too,
+/// `route_layer` only matched routes.
+#[tokio::test]
+async fn layer_counts_404s_and_route_layer_does_not() {
+    let app = Router::new()
+        .route("/", get(|| async { "x" }))
+        .layer(limit("fixed-window:limit=2,period=1m,name=per-ip", false));
+    let res = app
+        .clone()
+        .oneshot(get_from("/nope", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=1;t=60");
+    let res = app.oneshot(get_from("/nope", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=0;t=60");
+
+    let app = Router::new()
+        .route("/", get(|| async { "x" }))
+        .route_layer(limit("fixed-window:limit=2,period=1m,name=per-ip", false));
+    for _ in 0..3 {
+        let res = app
+            .clone()
+            .oneshot(get_from("/nope", "192.0.2.1"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        assert!(res.headers().get("ratelimit").is_none());
+    }
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=1;t=60");
+}
+
+/// A layer inside a nested router sees the path with the nest's prefix stripped.
+#[tokio::test]
+async fn a_rule_inside_a_nest_matches_the_inner_path() {
+    let layer = RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .rule(
+            turnstile::Rule::new()
+                .path("/users")
+                .policy(p("fixed-window:limit=1,period=1m,name=users")),
+        )
+        .build()
+        .unwrap();
+    let inner = Router::new()
+        .route("/users", get(|| async { "u" }))
+        .route("/other", get(|| async { "o" }))
+        .layer(layer);
+    let app = Router::new().nest("/api", inner);
+    let res = app
+        .clone()
+        .oneshot(get_from("/api/users", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["ratelimit"], "\"users\";r=0;t=60");
+    let res = app
+        .clone()
+        .oneshot(get_from("/api/users", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    // No rule matches /other (and the layer has no policy of its own): unchecked.
+    let res = app
+        .oneshot(get_from("/api/other", "192.0.2.1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().get("ratelimit").is_none());
+}
