@@ -14,7 +14,7 @@ use crate::response::DenialFnDebug;
 use crate::service::RateLimit;
 use crate::state::{Config, Live, Settings};
 
-/// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
+/// A tower [`Layer`](https://docs.rs/tower-layer/0.3/tower_layer/trait.Layer.html) that rate-limits every request of the service it wraps.
 ///
 /// Each request is matched against the layer's [`Rule`](crate::Rule)s (the first that matches applies;
 /// a request no rule matches gets the layer's own policies, and with none is passed through
@@ -113,6 +113,7 @@ impl<B, K> RateLimitLayer<B, K> {
     /// force once per request, from a pointer [`Live::store`] swaps. The methods below that
     /// derive a new layer (`backend`, `key`, `on_backend_failure`, `with_action`) derive a
     /// fixed one from the configuration as built.
+    #[cfg(feature = "config")]
     pub(crate) fn into_live(self) -> (Self, Live<B, K>) {
         let live: Live<B, K> = Arc::new(arc_swap::ArcSwap::new(Arc::clone(&self.config)));
         let layer = RateLimitLayer {

@@ -16,8 +16,8 @@ use crate::state::{Config, Live};
 
 /// The rate-limiting middleware built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
-/// Readiness is the inner service's: [`Service::poll_ready`] forwards it and nothing else.
-/// [`Service::call`] moves the inner service that was made ready into the response future
+/// Readiness is the inner service's: [`Service::poll_ready`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.poll_ready) forwards it and nothing else.
+/// [`Service::call`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.call) moves the inner service that was made ready into the response future
 /// (leaving a fresh clone behind), checks the request, and calls the inner service only if
 /// the request is admitted. A denial is a response (`429`), not an error, so the error type
 /// is the inner service's.

@@ -1,5 +1,6 @@
 //! The layer in the stacks users build: tower-http's trace, timeout and CORS layers around
 //! it in one `ServiceBuilder`, under an axum router.
+#![cfg(feature = "axum")]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -529,4 +530,12 @@ async fn a_rule_inside_a_nest_matches_the_inner_path() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(res.headers().get("ratelimit").is_none());
+}
+
+#[test]
+fn the_key_module_re_exports_the_network_types_client_ip_takes() {
+    let net: turnstile::key::IpNet = "10.0.0.0/8".parse().unwrap();
+    let v6: turnstile::key::Ipv6Net = "2001:db8::/32".parse().unwrap();
+    let key = turnstile::key::ClientIp::new().trust(net).trust(v6.into());
+    assert_eq!(key.trusted(), [net, turnstile::key::IpNet::V6(v6)]);
 }

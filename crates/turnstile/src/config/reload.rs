@@ -105,9 +105,9 @@ pub enum ReloadError {
     /// restart.
     BackendChanged {
         /// The section in force.
-        running: BackendConfig,
+        running: Box<BackendConfig>,
         /// The section in the file.
-        file: BackendConfig,
+        file: Box<BackendConfig>,
     },
     /// The file's layer could not be built.
     Layer(InvalidLayer),
@@ -230,8 +230,8 @@ impl<B: Backend> ConfigReload<B> {
         };
         if config.backend() != current.0.backend() {
             return Err(ReloadError::BackendChanged {
-                running: current.0.backend().clone(),
-                file: config.backend().clone(),
+                running: Box::new(current.0.backend().clone()),
+                file: Box::new(config.backend().clone()),
             });
         }
         // The new key and settings; the backend (with its fallback) and the counters of the
