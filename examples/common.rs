@@ -11,6 +11,9 @@ pub(crate) async fn main(
     run: impl Future<Output = Result<(), Box<dyn Error>>>,
 ) -> ExitCode {
     tracing_subscriber::fmt()
+        // Logs on stderr, coloured only on a terminal (no escape codes in files or pipes).
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )

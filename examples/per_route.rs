@@ -20,8 +20,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use clap::Parser;
 use http::Method;
-use ipnet::IpNet;
 use turnstile::key::ClientIp;
+use turnstile::key::IpNet;
 use turnstile::{Policy, RateLimitLayer, Rule};
 
 /// Serves `GET /`, `POST /login` and `GET /healthz` on 127.0.0.1 with per-route limits.

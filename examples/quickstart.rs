@@ -7,7 +7,9 @@
 //! ```
 //!
 //! With `--config FILE` the file's key, rules and policies (see `examples/turnstile.toml`)
-//! replace the built-in policy; state stays in memory.
+//! replace the built-in policy; state stays in memory. Edit the file and send the process
+//! `SIGHUP` (`kill -HUP <pid>`) to reload it: counters carry over, and a file that fails
+//! validation is refused (logged) while the previous configuration stays in force.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use axum::{routing::get, Router};
 use clap::Parser;
-use turnstile::config::LayerConfig;
+use turnstile::config::{ConfigReload, LayerConfig};
 use turnstile::{Policy, RateLimitLayer};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited to 10 requests per 60 s per client IP.
@@ -30,11 +32,18 @@ struct Args {
     config: Option<PathBuf>,
 }
 
-/// The app: `GET /` behind the built-in policy, or behind the rules of `config`.
-pub(crate) fn app(config: Option<&LayerConfig>) -> Result<Router, Box<dyn std::error::Error>> {
+/// The app: `GET /` behind the built-in policy, or behind the rules of `config` (read from
+/// the file at the path given with it), reloaded on `SIGHUP`.
+pub(crate) fn app(
+    config: Option<(&std::path::Path, &LayerConfig)>,
+) -> Result<Router, Box<dyn std::error::Error>> {
     let router = Router::new().route("/", get(|| async { "Hello from turnstile!\n" }));
     Ok(match config {
-        Some(config) => router.layer(config.builder().build()?),
+        Some((path, config)) => {
+            let (layer, reload) = ConfigReload::new(path, config, config.builder().build()?);
+            tokio::spawn(reload_on_hangup(reload));
+            router.layer(layer)
+        }
         None => {
             // 10 per 60 s per IP; a fresh client may use its burst of 10 at once, then gets
             // one more every 6 s.
@@ -44,6 +53,22 @@ pub(crate) fn app(config: Option<&LayerConfig>) -> Result<Router, Box<dyn std::e
             router.layer(RateLimitLayer::new(per_ip))
         }
     })
+}
+
+/// Reloads the configuration file on each `SIGHUP` (refusals are logged by `reload`).
+async fn reload_on_hangup<B: turnstile::Backend>(reload: ConfigReload<B>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let _ = reload.reload();
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = reload;
 }
 
 #[tokio::main]
@@ -60,6 +85,9 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
+        // Logs on stderr, coloured only on a terminal (no escape codes in files or pipes).
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -69,15 +97,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Some(LayerConfig::from_file(path)?),
         None => None,
     };
-    let app = app(config.as_ref())?;
+    let app = app(args.config.as_deref().zip(config.as_ref()))?;
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
     match (&args.config, &config) {
         (Some(path), Some(config)) => {
             println!(
-                "turnstile quickstart listening on {url} (GET /: the rules of {}, in memory)",
-                path.display()
+                "turnstile quickstart listening on {url} (GET /: the rules of {}, in memory; kill -HUP {} reloads it)",
+                path.display(),
+                std::process::id()
             );
             if config.backend().url().is_some() {
                 println!("note: the quickstart keeps state in memory; the file's [backend] url is for axum_redis");

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run -p turnstile-examples --example tonic_grpc -- --port 50051
-//! for i in $(seq 7); do grpcurl -plaintext -import-path examples -proto helloworld.proto -d '{"name":"world"}' 127.0.0.1:50051 helloworld.Greeter/SayHello; done
+//! cargo run -p turnstile-examples --example grpc_client -- --url http://127.0.0.1:50051 --count 7
 //! ```
 
 #[path = "common.rs"]
@@ -92,7 +92,7 @@ async fn serve<B: Backend>(
         "turnstile tonic_grpc listening on http://{addr} (helloworld.Greeter/SayHello: {summary} per method and IP)"
     );
     println!(
-        "try it: for i in $(seq 7); do grpcurl -plaintext -import-path examples -proto helloworld.proto -d '{{\"name\":\"world\"}}' {addr} helloworld.Greeter/SayHello; done"
+        "try it: cargo run -p turnstile-examples --example grpc_client -- --url http://{addr} --count 7"
     );
     Server::builder()
         .layer(layer)

@@ -13,7 +13,7 @@ mod quickstart;
 async fn the_quickstart_enforces_a_config_file() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/turnstile.toml");
     let config = turnstile::config::LayerConfig::from_file(path).unwrap();
-    let addr = serve(quickstart::app(Some(&config)).unwrap()).await;
+    let addr = serve(quickstart::app(Some((std::path::Path::new(path), &config))).unwrap()).await;
     let mut statuses = Vec::new();
     for _ in 0..11 {
         statuses.push(http(addr, "GET", "/").await.0);

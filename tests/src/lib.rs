@@ -3,3 +3,9 @@
 
 pub mod proxy;
 pub mod redis_server;
+
+/// The README's Rust snippets, compiled (and run, unless marked `no_run`) as this crate's
+/// doctests, so every snippet stays complete and correct: `cargo test -p turnstile-tests --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

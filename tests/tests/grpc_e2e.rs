@@ -123,3 +123,53 @@ async fn fail_closed_is_unavailable() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
 }
+
+#[tokio::test]
+async fn the_standard_tower_http_stack_wraps_a_tonic_server() {
+    use tower::ServiceBuilder;
+    use tower_http::cors::CorsLayer;
+    use tower_http::timeout::TimeoutLayer;
+    use tower_http::trace::TraceLayer;
+
+    let layer = RateLimitLayer::builder()
+        .key((GrpcMethod, PeerIp::new()))
+        .policy(
+            "fixed-window:limit=2,period=1m,name=per-call"
+                .parse()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(
+                ServiceBuilder::new()
+                    .layer(TraceLayer::new_for_grpc())
+                    .layer(TimeoutLayer::with_status_code(
+                        http::StatusCode::REQUEST_TIMEOUT,
+                        Duration::from_secs(10),
+                    ))
+                    .layer(CorsLayer::permissive())
+                    .layer(layer),
+            )
+            .add_service(helloworld::Greeter)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    let ch = channel(addr).await;
+    for _ in 0..2 {
+        let res = helloworld::say_hello(ch.clone(), "world").await.unwrap();
+        assert_eq!(res.get_ref().message, "Hello world!");
+        assert_eq!(
+            res.metadata().get("ratelimit-policy").unwrap(),
+            "\"per-call\";q=2;w=60"
+        );
+    }
+    let status = helloworld::say_hello(ch, "world").await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let quota = status.get_details_quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations[0].subject, "per-call");
+}

@@ -70,3 +70,83 @@ async fn two_servers_on_one_redis_share_one_limit() {
         .unwrap();
     let _ = backend.delete_prefix().await;
 }
+
+/// A tier chosen per request reaches Redis as the check's defaults, so the script's own
+/// order still holds: a key's stored override, then its stored tier, then the request's tier.
+#[tokio::test]
+async fn the_requests_tier_yields_to_a_keys_stored_override_and_tier_in_redis() {
+    use tower::ServiceExt;
+    use turnstile::key::HeaderKey;
+    use turnstile::{Quotas, RequestTier};
+
+    let redis = TestRedis::get();
+    let prefix = format!("turnstile-request-tier-test:{}", std::process::id());
+    let backend = RedisBackend::builder(redis.url())
+        .prefix(prefix.as_str())
+        .build()
+        .unwrap();
+    let p = |s: &str| s.parse::<Policy>().unwrap();
+    let layer = RateLimitLayer::builder()
+        .backend(backend.clone())
+        .key(HeaderKey::named("x-api-key").unwrap())
+        .policy(p("sliding-window:limit=1,period=1h,name=per-user"))
+        .tier(
+            "signed-in",
+            [p("sliding-window:limit=2,period=1h,name=per-user")],
+        )
+        .tier(
+            "premium",
+            [p("sliding-window:limit=3,period=1h,name=per-user")],
+        )
+        .request_tier(
+            |req| match req.headers().get("x-plan").map(|v| v.as_bytes()) {
+                Some(b"premium") => RequestTier::named("premium"),
+                Some(b"admin") => RequestTier::Unlimited,
+                _ => RequestTier::Defaults,
+            },
+        )
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "hi" }))
+        .layer(layer);
+    let statuses = |key: &'static str, plan: &'static str, n: usize| {
+        let app = app.clone();
+        async move {
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let req = http::Request::builder()
+                    .uri("/")
+                    .header("x-api-key", key)
+                    .header("x-plan", plan)
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                out.push(app.clone().oneshot(req).await.unwrap().status().as_u16());
+            }
+            out
+        }
+    };
+    backend
+        .set_override(
+            "ovr",
+            &[p("sliding-window:limit=1,period=1h,name=per-user")],
+        )
+        .await
+        .unwrap();
+    backend.set_tier("tiered", Some("signed-in")).await.unwrap();
+    assert_eq!(statuses("plain", "premium", 4).await, [200, 200, 200, 429]);
+    assert_eq!(statuses("anon", "", 2).await, [200, 429]);
+    assert_eq!(statuses("ovr", "premium", 2).await, [200, 429]);
+    assert_eq!(statuses("ovr2", "admin", 5).await, [200; 5]);
+    backend
+        .set_override(
+            "ovr2",
+            &[p("sliding-window:limit=1,period=1h,name=per-user")],
+        )
+        .await
+        .unwrap();
+    // Unlimited requests counted nothing; the override now limits the admin's key.
+    assert_eq!(statuses("ovr2", "admin", 2).await, [200, 429]);
+    assert_eq!(statuses("tiered", "premium", 3).await, [200, 200, 429]);
+    let _ = backend.delete_prefix().await;
+}

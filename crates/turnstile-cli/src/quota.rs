@@ -161,7 +161,7 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
         .timeout(args.timeout)
         .build()
         .map_err(|e| e.to_string())?;
-    let e = |e: turnstile_core::BackendError| e.to_string();
+    let e = |e: turnstile_core::BackendError| describe(&redis, e);
     match args.command {
         QuotaCommand::Peek { key, app } => {
             let limits = limits_for(&redis, &key, app).await?;
@@ -197,6 +197,18 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
     }
 }
 
+/// The message for `e`: an unreachable or silent Redis is named by its URL (without
+/// credentials), with how to start one and the flag that points elsewhere.
+fn describe(redis: &RedisBackend, e: turnstile_core::BackendError) -> String {
+    match e {
+        turnstile_core::BackendError::Connection(_) | turnstile_core::BackendError::Timeout { .. } => format!(
+            "cannot reach Redis at {} ({e}). Start one (`redis-server --daemonize yes`; scripts/test installs it) or give the services' Redis with --redis-url URL",
+            redis.node()
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// The limits to resolve `key` against: the service's defaults and tiers. Without
 /// defaults, the key must have an override (or a tier given with --tier-policy).
 async fn limits_for(redis: &RedisBackend, key: &str, app: AppPolicies) -> Result<Limits, String> {
@@ -207,7 +219,7 @@ async fn limits_for(redis: &RedisBackend, key: &str, app: AppPolicies) -> Result
             None => tiers.push((name, vec![p])),
         }
     }
-    let config = redis.config(key).await.map_err(|e| e.to_string())?;
+    let config = redis.config(key).await.map_err(|e| describe(redis, e))?;
     let defaults = if !app.policies.is_empty() {
         app.policies
     } else if let Some(o) = config.policies() {

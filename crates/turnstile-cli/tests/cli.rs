@@ -497,3 +497,30 @@ fn several_policies_are_all_or_nothing() {
         .collect();
     assert_eq!(allowed, [true, false, true, false]);
 }
+
+/// The README's access-log replay runs as written on the sample log in the repository.
+#[test]
+fn the_sample_access_log_replays_as_the_readme_shows() {
+    let log = workspace_root().join("examples/traces/access.log");
+    let o = run(
+        &[
+            "simulate",
+            "--format",
+            "nginx",
+            "--input",
+            log.to_str().unwrap(),
+            "--policy",
+            "sliding-window:limit=20,period=1m",
+            "--summary",
+        ],
+        b"",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let total = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("TOTAL"))
+        .expect("a TOTAL line");
+    let fields: Vec<&str> = total.split_whitespace().collect();
+    assert_eq!(fields[..5], ["TOTAL", "169", "132", "37", "21.9%"]);
+    assert!(stdout(&o).contains("2001:db8:1:2::/64        36        36       0"));
+}

@@ -104,3 +104,28 @@ fn set_peek_refund_reset_get_rm() {
         );
     }
 }
+
+/// Regression: against an unreachable Redis, `turnstile quota` said only "connection
+/// refused"; it names the URL it tried and the flag that changes it.
+#[test]
+fn an_unreachable_redis_is_named_with_the_flag_to_change_it() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let o = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["quota", "--redis-url", &url, "get", "alice"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("cannot reach Redis at {url}")),
+        "{err}"
+    );
+    assert!(err.contains("--redis-url URL"), "{err}");
+}

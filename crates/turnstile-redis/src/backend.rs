@@ -39,7 +39,7 @@ pub(crate) enum Target {
 /// Each check is **one** `EVALSHA` of the check script (composed from the files in `lua/`)
 /// with one key per policy, all in one Cluster slot: all-or-nothing and atomic across every
 /// process. Time comes from the Redis server's `TIME`, so nodes with skewed clocks agree.
-/// [`redis::Script`] reloads the script after `NOSCRIPT` (a restart, a failover,
+/// [`redis::Script`](https://docs.rs/redis/latest/redis/struct.Script.html) reloads the script after `NOSCRIPT` (a restart, a failover,
 /// `SCRIPT FLUSH`).
 ///
 /// Keys are `<prefix>:{<client key>}:<policy name>` (see [`KeyEncoding`]); each carries a TTL

@@ -53,6 +53,14 @@ impl<B> ResponseBody<B> {
     }
 }
 
+/// An empty body, as tower-http's `Timeout` and `Cors` layers need to answer on their own
+/// (`ResBody: Default`): so the layer composes with them in one `ServiceBuilder`.
+impl<B> Default for ResponseBody<B> {
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
 impl<B> Body for ResponseBody<B>
 where
     B: Body<Data = Bytes>,

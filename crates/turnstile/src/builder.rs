@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::Response;
 use turnstile_core::wrap::Share;
 use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
@@ -15,9 +14,10 @@ use crate::headers::policy_value;
 use crate::key::{KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::layer::RateLimitLayer;
 use crate::naming;
-use crate::response::{Denial, DenialFn};
+use crate::response::{denial_fn, Denial, DenialBody, DenialFn};
 use crate::rule::{CompiledRule, CostFn, Rule};
 use crate::state::{Config, Settings};
+use crate::tier::{RequestTier, RuleTiers, TierFn};
 
 impl RateLimitLayer<MemoryBackend, PeerIp> {
     /// A layer enforcing `policy` on every request per client peer IP, in memory.
@@ -71,6 +71,7 @@ struct Parts {
     legacy_headers: bool,
     response: Option<DenialFn>,
     tiers: Vec<(String, Vec<Policy>)>,
+    request_tier: Option<TierFn>,
     unconfigured: Unconfigured,
     key_logging: KeyLogging,
 }
@@ -94,6 +95,7 @@ impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
                 legacy_headers: false,
                 response: None,
                 tiers: Vec::new(),
+                request_tier: None,
                 unconfigured: Unconfigured::Defaults,
                 key_logging: KeyLogging::Hashed,
             },
@@ -221,15 +223,69 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
 
     /// Answers denials with `f`'s response instead of the default (an RFC 9457 problem, or
     /// gRPC `RESOURCE_EXHAUSTED`). `f` is told the decision and whether the request is
-    /// gRPC; [`Denial::default_response`] gives the default to start from. The layer adds
+    /// gRPC; [`Denial::default_response`] gives the default to start from. The body may be
+    /// anything [`DenialBody`] covers: `String`, `Vec<u8>`, `Bytes`, a static string, and
+    /// with the `axum` feature axum's own body, so `f` may end in
+    /// `IntoResponse::into_response()` (or use
+    /// [`denial_into_response`](Self::denial_into_response)). The layer adds
     /// `RateLimit-Policy` and `RateLimit` (and the legacy fields if enabled) to whatever `f`
-    /// returns.
-    pub fn denial_response<F>(mut self, f: F) -> Self
+    /// returns; `Retry-After` is `f`'s to set (the default response sets it).
+    ///
+    /// A body that is not complete when `f` returns (a stream that would have to wait) cannot
+    /// be sent from a denial: the default denial is sent instead and an error logged once.
+    ///
+    /// # Examples
+    /// ```
+    /// use http::{header, HeaderValue, Response, StatusCode};
+    /// use turnstile::{Policy, RateLimitLayer};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy("gcra:limit=10,period=1m,name=api".parse::<Policy>()?)
+    ///     .denial_response(|d| {
+    ///         let secs = d.retry_after().map_or(0, |r| r.as_secs().max(1));
+    ///         let mut res = Response::new(format!(r#"{{"error":"slow down","retry_in_s":{secs}}}"#));
+    ///         *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///         let json = HeaderValue::from_static("application/json");
+    ///         res.headers_mut().insert(header::CONTENT_TYPE, json);
+    ///         res
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn denial_response<F, T>(mut self, f: F) -> Self
     where
-        F: Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync + 'static,
+        F: Fn(&Denial<'_>) -> Response<T> + Send + Sync + 'static,
+        T: DenialBody,
     {
-        self.parts.response = Some(Arc::new(f));
+        self.parts.response = Some(denial_fn(f));
         self
+    }
+
+    /// [`denial_response`](Self::denial_response) for anything axum's `IntoResponse` takes
+    /// — `(StatusCode, Json(..))`, a `Response`, your own error type — as an axum handler
+    /// returns it (feature `axum`).
+    ///
+    /// # Examples
+    /// ```
+    /// use axum::http::StatusCode;
+    /// use turnstile::{Policy, RateLimitLayer};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy("gcra:limit=10,period=1m,name=api".parse::<Policy>()?)
+    ///     .denial_into_response(|_| (StatusCode::TOO_MANY_REQUESTS, "slow down\n"))
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    pub fn denial_into_response<F, R>(self, f: F) -> Self
+    where
+        F: Fn(&Denial<'_>) -> R + Send + Sync + 'static,
+        R: axum::response::IntoResponse,
+    {
+        self.denial_response(move |d| f(d).into_response())
     }
 
     /// Defines the tier `name`: a key the backend maps to it (see the backends'
@@ -243,6 +299,54 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self.parts
             .tiers
             .push((name.into(), policies.into_iter().collect()));
+        self
+    }
+
+    /// Chooses each request's tier with `f` — from a claim an authentication layer put in
+    /// the request's extensions, a header the gateway sets — instead of (or besides) a tier
+    /// stored per key in the backend. `f` returns [`RequestTier::named`] for a tier defined
+    /// with [`tier`](Self::tier), [`RequestTier::Unlimited`], or [`RequestTier::Defaults`]
+    /// for the rule's policies.
+    ///
+    /// A key's stored configuration still wins, atomically in the backend (Redis included):
+    /// **the key's stored override > the key's stored tier > the request's tier > the rule's
+    /// policies** (or [`when_unconfigured`](Self::when_unconfigured) when `f` chose
+    /// `Defaults`). So an operator's per-key decision (`turnstile quota set-override`)
+    /// holds whatever the request claims. `f` runs once per checked request (not for exempt
+    /// rules or exempt keys) and must be cheap; it must not panic.
+    ///
+    /// # Examples
+    /// Anonymous 10/min, signed-in 50/min, premium 100/min, admins unlimited, from a claim
+    /// an authentication layer put in the extensions:
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Policy, RateLimitLayer, RequestTier};
+    ///
+    /// #[derive(Clone)]
+    /// enum Plan { Free, Premium, Admin }
+    /// #[derive(Clone)]
+    /// struct Claims { plan: Plan }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_min = |n| Policy::token_bucket(n, Duration::from_secs(60))?.with_name("per-user");
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(per_min(10)?)
+    ///     .tier("signed-in", [per_min(50)?])
+    ///     .tier("premium", [per_min(100)?])
+    ///     .request_tier(|req| match req.extensions().get::<Claims>().map(|c| &c.plan) {
+    ///         None => RequestTier::Defaults,
+    ///         Some(Plan::Free) => RequestTier::named("signed-in"),
+    ///         Some(Plan::Premium) => RequestTier::named("premium"),
+    ///         Some(Plan::Admin) => RequestTier::Unlimited,
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn request_tier<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&RequestRef<'_>) -> RequestTier + Send + Sync + 'static,
+    {
+        self.parts.request_tier = Some(Arc::new(f));
         self
     }
 
@@ -309,6 +413,12 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
                     .map_err(InvalidLayer::Tier)?;
             }
             rule.limits = Some(limits);
+            if p.request_tier.is_some() {
+                rule.tiers = Some(
+                    RuleTiers::new(&rule.policies, &rule.policy_header, &p.tiers)
+                        .map_err(InvalidLayer::Tier)?,
+                );
+            }
         }
         let metric_keys = crate::metrics::Keys::new(
             rules
@@ -332,10 +442,12 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             headers_on_allowed: p.headers_on_allowed,
             legacy_headers: p.legacy_headers,
             response: p.response,
+            request_tier: p.request_tier,
             key_logging: p.key_logging,
             metric_keys: Arc::new(metric_keys),
         };
         Ok(RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: settings.fallback(backend),
                 key,
@@ -367,6 +479,7 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     Ok(CompiledRule {
         policy_header: policy_value(policies.iter()),
         limits: None,
+        tiers: None,
         policies,
         rule,
         max_leaky_delay,

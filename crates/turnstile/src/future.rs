@@ -24,6 +24,7 @@ use crate::key::{KeyExtractor, MissingKey, RequestRef};
 use crate::metrics::Outcome;
 use crate::response::{key_error, unavailable, Denial, Protocol};
 use crate::state::Config;
+use crate::tier::Chosen;
 use crate::trace::{check_span, finish_span, measure};
 
 pin_project! {
@@ -51,6 +52,8 @@ pin_project! {
         req: Option<R>,
         key: String,
         rule: usize,
+        // The policy set the request's tier selected (`None`: the rule's own).
+        tier: Chosen,
         cost: u64,
         protocol: Protocol,
         deadline: Option<Instant>,
@@ -123,6 +126,7 @@ where
             req: None,
             key: String::new(),
             rule: 0,
+            tier: None,
             cost: 0,
             protocol,
             deadline: None,
@@ -140,6 +144,8 @@ where
             Ok(k) => k,
             Err(e) => {
                 crate::metrics::missing_key(e.kind());
+                // A misconfiguration (no connect info) is logged once, whatever the outcome.
+                config.key_failed(&e);
                 match &settings.missing_key {
                     MissingKey::Allow => {
                         fut.req = Some(req);
@@ -147,7 +153,6 @@ where
                     }
                     MissingKey::Key(k) => String::from(&**k),
                     MissingKey::Reject => {
-                        config.key_failed(&e);
                         let res = Some(key_error(&e, protocol));
                         fut.state = State::Respond { res };
                         return fut;
@@ -155,10 +160,14 @@ where
                 }
             }
         };
-        let (Some(limits), false) = (
-            &rule.limits,
-            !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key.as_str()),
-        ) else {
+        let exempt_key =
+            !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key.as_str());
+        let tier = if exempt_key {
+            None
+        } else {
+            config.choose_tier(settings, rule, &view)
+        };
+        let (Some(limits), false) = (rule.limits_for(tier), exempt_key) else {
             fut.req = Some(req);
             return fut;
         };
@@ -172,6 +181,7 @@ where
         let check = config.backend.check_limits(&key, limits, fut.cost, None);
         fut.state = State::Checking { check };
         fut.rule = rule_index;
+        fut.tier = tier;
         fut.key = key;
         fut.req = Some(req);
         fut
@@ -201,7 +211,7 @@ where
                 StateProj::Checking { check } => {
                     let result = {
                         let _entered = this.span.enter();
-                        ready!(check.poll(cx))
+                        rule.relabel(*this.tier, ready!(check.poll(cx)))
                     };
                     if let Some(started) = this.started.take() {
                         let elapsed = started.elapsed();
@@ -283,7 +293,7 @@ where
                             let mut res = config.denial_response(&denial);
                             headers::insert(
                                 res.headers_mut(),
-                                &rule.policy_header,
+                                rule.policy_header_for(*this.tier),
                                 &decision,
                                 settings.legacy_headers,
                             );
@@ -298,7 +308,7 @@ where
                 }
                 StateProj::Waiting { sleep } => {
                     ready!(sleep.poll(cx));
-                    let next = match &rule.limits {
+                    let next = match rule.limits_for(*this.tier) {
                         Some(limits) => {
                             *this.span = check_span(settings, rule, this.key, *this.cost);
                             *this.started = measure(this.span);
@@ -336,7 +346,7 @@ where
                     if let Some(d) = headers {
                         headers::insert(
                             res.headers_mut(),
-                            &rule.policy_header,
+                            rule.policy_header_for(*this.tier),
                             &d,
                             settings.legacy_headers,
                         );

@@ -11,6 +11,10 @@
 //!   when it denies, else its `reset_after`, in seconds rounded up; no `t` when no wait can
 //!   help.
 //!
+//! Layers stack: a response that already carries these Lists (from a layer further in)
+//! gets this layer's members appended, so a router-wide limit around a per-route one reports
+//! both (see the crate's "axum and tonic integration" notes).
+//!
 //! Legacy, opt-in ([`RateLimitLayerBuilder::legacy_headers`](crate::RateLimitLayerBuilder::legacy_headers)):
 //! `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` of the binding
 //! policy (the one with the smallest `remaining`), `Reset` as delta seconds rounded up.
@@ -122,11 +126,19 @@ impl Write for StackBuf {
     }
 }
 
-/// Inserts `RateLimit-Policy`, `RateLimit` and, if `legacy`, the `X-RateLimit-*` fields of
-/// the binding policy into `headers`, replacing any already there. `policy_header` is the
-/// precomputed `RateLimit-Policy` of the default policies, used when they decided; a key's
+/// Adds this layer's `RateLimit-Policy` and `RateLimit` items to `headers` and, if `legacy`,
+/// the `X-RateLimit-*` fields of the binding policy. `policy_header` is the precomputed
+/// `RateLimit-Policy` of the policies the check defaulted to, used when they decided; a key's
 /// override or tier gets its own. A decision without policies (a key admitted without limit,
-/// or denied for having no configuration) gets no rate-limit fields.
+/// or denied for having no configuration) adds nothing.
+///
+/// Layers stack (a router-wide limit around a tighter per-route one), so a response may
+/// already carry another layer's fields: the two structured-field Lists get this layer's
+/// members appended after those already there (draft-ietf-httpapi-ratelimit-headers-10
+/// allows one member per policy, several policies per response), never replacing them. The
+/// single-valued legacy fields are kept when present: they are the denying layer's on a
+/// denial (its response is built before any outer layer sees it) and the innermost layer's
+/// otherwise. (`Retry-After` is only ever written by the denial response itself.)
 pub(crate) fn insert(
     headers: &mut http::HeaderMap,
     policy_header: &HeaderValue,
@@ -140,9 +152,9 @@ pub(crate) fn insert(
         Applied::Defaults => policy_header.clone(),
         _ => policy_value(decision.policies().iter().map(|p| p.policy())),
     };
-    headers.insert(RATELIMIT_POLICY, policy);
-    headers.insert(RATELIMIT, ratelimit_value(decision));
-    if legacy {
+    append_list(headers, RATELIMIT_POLICY, policy);
+    append_list(headers, RATELIMIT, ratelimit_value(decision));
+    if legacy && !headers.contains_key(X_RATELIMIT_LIMIT) {
         if let Some(b) = decision.binding() {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(b.policy().limit()));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(b.remaining()));
@@ -151,6 +163,40 @@ pub(crate) fn insert(
                 HeaderValue::from(ceil_secs(b.reset_after())),
             );
         }
+    }
+}
+
+/// Appends `members` (an RFC 9651 List's members, already serialised) to the List field
+/// `name`: inserted as is when the field is absent (the usual case, no copy), else joined
+/// after every existing field line with `", "` into one line (RFC 9651, section 3.1: a
+/// List split over several lines is their comma-joined concatenation).
+fn append_list(headers: &mut http::HeaderMap, name: http::HeaderName, members: HeaderValue) {
+    if !headers.contains_key(&name) {
+        headers.insert(name, members);
+        return;
+    }
+    let mut joined = Vec::with_capacity(256);
+    for line in headers.get_all(&name) {
+        let line = trim_ows(line.as_bytes());
+        if !line.is_empty() {
+            joined.extend_from_slice(line);
+            joined.extend_from_slice(b", ");
+        }
+    }
+    joined.extend_from_slice(members.as_bytes());
+    // Joining valid field values with ", " keeps them valid.
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(name, v);
+    }
+}
+
+/// `b` without leading and trailing spaces and tabs.
+fn trim_ows(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|c| !matches!(c, b' ' | b'\t'));
+    let end = b.iter().rposition(|c| !matches!(c, b' ' | b'\t'));
+    match (start, end) {
+        (Some(s), Some(e)) => &b[s..=e],
+        _ => &[],
     }
 }
 
@@ -171,5 +217,28 @@ mod tests {
             policy_value(&ps),
             "\"per-ip\";q=10;w=60, \"fast\";q=5;turnstile-period-ms=250;turnstile-burst=8"
         );
+    }
+
+    #[test]
+    fn a_second_layer_appends_its_members_and_keeps_the_legacy_fields() {
+        let mut h = http::HeaderMap::new();
+        h.insert(RATELIMIT, HeaderValue::from_static("\"inner\";r=0;t=60"));
+        h.append(RATELIMIT, HeaderValue::from_static(" \"app\";r=3 "));
+        h.insert(X_RATELIMIT_LIMIT, HeaderValue::from_static("2"));
+        append_list(
+            &mut h,
+            RATELIMIT,
+            HeaderValue::from_static("\"outer\";r=98;t=60"),
+        );
+        assert_eq!(
+            h.get_all(RATELIMIT).iter().collect::<Vec<_>>(),
+            ["\"inner\";r=0;t=60, \"app\";r=3, \"outer\";r=98;t=60"]
+        );
+        append_list(
+            &mut h,
+            RATELIMIT_POLICY,
+            HeaderValue::from_static("\"outer\";q=100"),
+        );
+        assert_eq!(h[RATELIMIT_POLICY], "\"outer\";q=100");
     }
 }

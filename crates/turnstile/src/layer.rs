@@ -11,9 +11,9 @@ use crate::error::InvalidLayer;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::response::DenialFnDebug;
 use crate::service::RateLimit;
-use crate::state::{Config, Settings};
+use crate::state::{Config, Live, Settings};
 
-/// A [`tower_layer::Layer`] that rate-limits every request of the service it wraps.
+/// A tower [`Layer`](https://docs.rs/tower-layer/0.3/tower_layer/trait.Layer.html) that rate-limits every request of the service it wraps.
 ///
 /// Each request is matched against the layer's [`Rule`](crate::Rule)s (the first that matches applies;
 /// a request no rule matches gets the layer's own policies, and with none is passed through
@@ -68,14 +68,27 @@ use crate::state::{Config, Settings};
 ///     .build()?;
 /// # let _ = layer; Ok(()) }
 /// ```
+///
+/// # With CORS and other tower-http layers
+/// Put tower-http's `CorsLayer` *outside* the limiter (listed before it in a
+/// `ServiceBuilder`, or added after it with axum's `Router::layer`): it answers browsers'
+/// preflight `OPTIONS` requests itself, so they spend no quota, and it adds its headers to
+/// the limiter's `429`s, so a browser script can read them. The usual stack:
+/// `ServiceBuilder::new().layer(TraceLayer::new_for_http()).layer(TimeoutLayer::..)
+/// .layer(CorsLayer::..).layer(rate_limit)`. Preflights that do reach the limiter count
+/// like any request unless a rule exempts them: [`Rule::preflight`](crate::Rule::preflight).
 pub struct RateLimitLayer<B = MemoryBackend, K = PeerIp> {
     pub(crate) config: Arc<Config<B, K>>,
+    /// The configuration in force, when the layer can be reloaded (`config::ConfigReload`):
+    /// each request reads it once, when it arrives.
+    pub(crate) live: Option<Live<B, K>>,
 }
 
 impl<B, K> Clone for RateLimitLayer<B, K> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             config: Arc::clone(&self.config),
+            live: self.live.clone(),
         }
     }
 }
@@ -95,6 +108,20 @@ impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
 }
 
 impl<B, K> RateLimitLayer<B, K> {
+    /// The same layer, made reloadable: every service it builds reads the configuration in
+    /// force once per request, from a pointer [`Live::store`] swaps. The methods below that
+    /// derive a new layer (`backend`, `key`, `on_backend_failure`, `with_action`) derive a
+    /// fixed one from the configuration as built.
+    #[cfg(feature = "config")]
+    pub(crate) fn into_live(self) -> (Self, Live<B, K>) {
+        let live: Live<B, K> = Arc::new(arc_swap::ArcSwap::new(Arc::clone(&self.config)));
+        let layer = RateLimitLayer {
+            config: self.config,
+            live: Some(Arc::clone(&live)),
+        };
+        (layer, live)
+    }
+
     /// The same layer with state in `backend` (for example a shared [`MemoryBackend`], or a
     /// Redis backend so a fleet enforces one limit). The shadow-mode count and incident state
     /// stay shared with this layer.
@@ -104,6 +131,7 @@ impl<B, K> RateLimitLayer<B, K> {
     {
         let c = &self.config;
         RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: c.settings.fallback(backend),
                 key: c.key.clone(),
@@ -120,6 +148,7 @@ impl<B, K> RateLimitLayer<B, K> {
     {
         let c = &self.config;
         RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: c.backend.clone(),
                 key,
@@ -140,6 +169,7 @@ impl<B, K> RateLimitLayer<B, K> {
         let mut settings = Settings::clone(&c.settings);
         settings.failure = failure;
         RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: settings.fallback(c.backend.inner().clone()),
                 key: c.key.clone(),
@@ -164,6 +194,7 @@ impl<B, K> RateLimitLayer<B, K> {
         let mut settings = Settings::clone(&c.settings);
         settings.action = action;
         Ok(RateLimitLayer {
+            live: None,
             config: Arc::new(Config {
                 backend: c.backend.clone(),
                 key: c.key.clone(),
@@ -173,7 +204,8 @@ impl<B, K> RateLimitLayer<B, K> {
         })
     }
 
-    /// The layer's own policies (those applied to requests no rule matches), in order.
+    /// The layer's own policies (those applied to requests no rule matches), in order, as
+    /// built (a reloaded configuration's are `ConfigReload::current`'s).
     pub fn policies(&self) -> &[Policy] {
         let s = &self.config.settings;
         match s.rules.last() {
@@ -206,6 +238,7 @@ impl<S, B, K> Layer<S> for RateLimitLayer<B, K> {
         RateLimit {
             inner,
             config: Arc::clone(&self.config),
+            live: self.live.clone(),
         }
     }
 }

@@ -83,6 +83,7 @@ mod response;
 mod rule;
 mod service;
 mod state;
+mod tier;
 mod trace;
 
 /// The Redis backend (feature `redis`): the `turnstile-redis` crate.
@@ -97,9 +98,10 @@ pub use error::InvalidLayer;
 pub use future::ResponseFuture;
 pub use key::{KeyError, KeyExtractor, KeyLogging, MissingKey, PeerIp};
 pub use layer::RateLimitLayer;
-pub use response::{Denial, Protocol, QUOTA_EXCEEDED_TYPE};
+pub use response::{Denial, DenialBody, Protocol, QUOTA_EXCEEDED_TYPE};
 pub use rule::Rule;
 pub use service::RateLimit;
+pub use tier::RequestTier;
 
 pub use turnstile_core::wrap;
 pub use turnstile_core::{

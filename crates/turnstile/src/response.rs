@@ -94,6 +94,128 @@ impl<'a> Denial<'a> {
 /// A user's denial response function.
 pub(crate) type DenialFn = Arc<dyn Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync>;
 
+/// A body a custom denial response may have
+/// ([`RateLimitLayerBuilder::denial_response`](crate::RateLimitLayerBuilder::denial_response)):
+/// anything that is complete bytes when the denial is built — `Bytes`, `String`, `Vec<u8>`,
+/// `&'static str`, `&'static [u8]`, `Cow<'static, str>`, `()` (no body), and with the `axum`
+/// feature `axum::body::Body` (so an `axum::response::Response`, what
+/// `IntoResponse::into_response` gives).
+pub trait DenialBody {
+    /// The body's bytes, or `None` when it has no complete value now (a streaming body that
+    /// is not ready at once, a body that fails, or trailers, which a denial cannot carry).
+    fn into_denial_bytes(self) -> Option<Bytes>;
+}
+
+impl DenialBody for Bytes {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(self)
+    }
+}
+
+impl DenialBody for String {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from(self))
+    }
+}
+
+impl DenialBody for Vec<u8> {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from(self))
+    }
+}
+
+impl DenialBody for &'static str {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from_static(self.as_bytes()))
+    }
+}
+
+impl DenialBody for &'static [u8] {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::from_static(self))
+    }
+}
+
+impl DenialBody for std::borrow::Cow<'static, str> {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(match self {
+            std::borrow::Cow::Borrowed(s) => Bytes::from_static(s.as_bytes()),
+            std::borrow::Cow::Owned(s) => Bytes::from(s),
+        })
+    }
+}
+
+impl DenialBody for () {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        Some(Bytes::new())
+    }
+}
+
+/// axum's body: its frames are read at once (a `Json`, `String` or `Bytes` response is
+/// complete); a body that would have to wait gives `None`.
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl DenialBody for axum::body::Body {
+    fn into_denial_bytes(self) -> Option<Bytes> {
+        collect_now(self)
+    }
+}
+
+/// The data of `body` if every frame is ready at once, without a runtime.
+#[cfg(feature = "axum")]
+fn collect_now<B: http_body::Body<Data = Bytes>>(body: B) -> Option<Bytes> {
+    use std::task::{Context, Poll, Waker};
+    let mut body = std::pin::pin!(body);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut out: Option<bytes::BytesMut> = None;
+    let mut first: Option<Bytes> = None;
+    loop {
+        match body.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(None) => break,
+            Poll::Ready(Some(Ok(frame))) => {
+                let data = frame.into_data().ok()?;
+                match (&mut out, first.take()) {
+                    (None, None) => first = Some(data),
+                    (None, Some(f)) => {
+                        let mut b = bytes::BytesMut::from(&f[..]);
+                        b.extend_from_slice(&data);
+                        out = Some(b);
+                    }
+                    (Some(b), _) => b.extend_from_slice(&data),
+                }
+            }
+            Poll::Ready(Some(Err(_))) | Poll::Pending => return None,
+        }
+    }
+    Some(match out {
+        Some(b) => b.freeze(),
+        None => first.unwrap_or_default(),
+    })
+}
+
+/// Turns a user's denial function returning any [`DenialBody`] into a [`DenialFn`]. A body
+/// with no complete value is replaced by the default denial, with one error logged per
+/// layer: the client still gets a correct denial.
+pub(crate) fn denial_fn<F, T>(f: F) -> DenialFn
+where
+    F: Fn(&Denial<'_>) -> Response<T> + Send + Sync + 'static,
+    T: DenialBody,
+{
+    let warned = std::sync::atomic::AtomicBool::new(false);
+    Arc::new(move |d: &Denial<'_>| {
+        let (parts, body) = f(d).into_parts();
+        match body.into_denial_bytes() {
+            Some(bytes) => Response::from_parts(parts, bytes),
+            None => {
+                if !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(target: "turnstile", "the custom denial response's body is not complete when built (a stream, an error or trailers); sending the default denial instead");
+                }
+                default_denial(d)
+            }
+        }
+    })
+}
+
 /// Wraps a `DenialFn` for `Debug` output.
 pub(crate) struct DenialFnDebug<'a>(pub(crate) &'a Option<DenialFn>);
 
@@ -169,34 +291,86 @@ fn too_many_requests(decision: &Decision) -> Response<Bytes> {
     res
 }
 
-/// The fail-closed answer when the backend cannot decide: `503` or `UNAVAILABLE`.
+/// The fail-closed answer when the backend cannot decide: `503` with an RFC 9457 problem
+/// body, or gRPC `UNAVAILABLE`.
 pub(crate) fn unavailable(protocol: Protocol) -> Response<Bytes> {
     const MSG: &str = "The rate limiter is unavailable; try again later.";
     if protocol == Protocol::Grpc {
         grpc::status_only(Code::Unavailable, MSG)
     } else {
-        plain(StatusCode::SERVICE_UNAVAILABLE, format!("{MSG}\n"))
+        problem(StatusCode::SERVICE_UNAVAILABLE, MSG)
     }
 }
 
-/// The answer to a request whose key cannot be extracted.
+/// The answer to a request whose key cannot be extracted: `500` (the server's
+/// misconfiguration) or `400` (the request lacks what it is keyed by) with an RFC 9457
+/// problem body whose `detail` says what is missing and how to fix it; gRPC `INTERNAL` or
+/// `INVALID_ARGUMENT`.
 pub(crate) fn key_error(e: &KeyError, protocol: Protocol) -> Response<Bytes> {
     let msg = e.message();
+    let msg = msg.trim_end();
     match (protocol == Protocol::Grpc, e.is_misconfiguration()) {
-        (true, true) => grpc::status_only(Code::Internal, msg.trim_end()),
-        (true, false) => grpc::status_only(Code::InvalidArgument, msg.trim_end()),
-        (false, true) => plain(StatusCode::INTERNAL_SERVER_ERROR, msg.into_owned()),
-        (false, false) => plain(StatusCode::BAD_REQUEST, msg.into_owned()),
+        (true, true) => grpc::status_only(Code::Internal, msg),
+        (true, false) => grpc::status_only(Code::InvalidArgument, msg),
+        (false, true) => problem(StatusCode::INTERNAL_SERVER_ERROR, msg),
+        (false, false) => problem(StatusCode::BAD_REQUEST, msg),
     }
 }
 
-/// A plain-text response.
-pub(crate) fn plain(status: StatusCode, text: String) -> Response<Bytes> {
-    let mut res = Response::new(Bytes::from(text));
+/// An RFC 9457 `application/problem+json` response of type `about:blank` (the problem is
+/// what the status code says; RFC 9457, section 4.2.1), titled with the status's reason
+/// phrase, with `detail` as the explanation — the shape of the `429`'s body, so a client
+/// reads every error turnstile writes the same way.
+pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Bytes> {
+    let mut body = String::with_capacity(96 + detail.len());
+    let _ = write!(
+        body,
+        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"",
+        status.canonical_reason().unwrap_or(""),
+        status.as_u16()
+    );
+    json_escape_into(&mut body, detail);
+    body.push_str("\"}");
+    let mut res = Response::new(Bytes::from(body));
     *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
+        HeaderValue::from_static("application/problem+json"),
     );
     res
+}
+
+/// Appends `s` to `out` as the inside of a JSON string (RFC 8259, section 7).
+fn json_escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_details_escape_their_detail() {
+        let res = problem(StatusCode::BAD_REQUEST, "a \"b\" \\ c\n\u{1}");
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        assert_eq!(
+            res.body(),
+            "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"a \\\"b\\\" \\\\ c\\n\\u0001\"}"
+        );
+    }
 }

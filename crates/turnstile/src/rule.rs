@@ -7,6 +7,7 @@ use http::{HeaderValue, Method};
 use turnstile_core::Policy;
 
 use crate::key::{grpc_path, RequestRef};
+use crate::tier::Chosen;
 
 /// A function giving a request's cost in units.
 pub(crate) type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u64 + Send + Sync>;
@@ -49,6 +50,7 @@ pub struct Rule {
     methods: Vec<Method>,
     path: Option<PathMatch>,
     grpc: Option<(String, Option<String>)>,
+    preflight: bool,
     pub(crate) policies: Vec<Policy>,
     pub(crate) exempt: bool,
     pub(crate) cost: Option<CostFn>,
@@ -85,10 +87,49 @@ impl Rule {
             methods: Vec::new(),
             path: None,
             grpc: None,
+            preflight: false,
             policies: Vec::new(),
             exempt: false,
             cost: None,
         }
+    }
+
+    /// A rule that exempts CORS preflight requests: `OPTIONS` with an
+    /// `Access-Control-Request-Method` header (the Fetch standard's CORS-preflight request),
+    /// which browsers send on their own before a cross-origin call. Put it first:
+    /// `builder.rule(Rule::preflight())`. In a TOML file: a rule with `preflight = true` and
+    /// `exempt = true`.
+    ///
+    /// Preflights are not exempt by default: the layer limits every request it sees. The
+    /// usual layout needs no rule at all — tower-http's `CorsLayer` *outside* the limiter
+    /// answers preflights before they reach it — and an exemption by default would let
+    /// anyone send unlimited requests to the inner service by adding one header wherever
+    /// the CORS layer is not in front. Use this rule when the application answers preflights
+    /// itself (or the CORS layer sits inside the limiter).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile::{Policy, RateLimitLayer, Rule};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::preflight())
+    ///     .policy(Policy::token_bucket(10, Duration::from_secs(60))?)
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn preflight() -> Self {
+        Rule::new().cors_preflight().exempt()
+    }
+
+    /// Matches CORS preflight requests only: method `OPTIONS` and an
+    /// `Access-Control-Request-Method` header. (A plain `OPTIONS` request without that header
+    /// is not a preflight; match it with `method(Method::OPTIONS)`.) Combined with
+    /// [`Rule::method`] it matches only if `OPTIONS` is among the methods.
+    pub fn cors_preflight(mut self) -> Self {
+        self.preflight = true;
+        self
     }
 
     /// Names the rule; unnamed policies are then named `<name> <parameters>`.
@@ -170,6 +211,14 @@ impl Rule {
         if !self.methods.is_empty() && !self.methods.contains(req.method()) {
             return false;
         }
+        if self.preflight
+            && (req.method() != Method::OPTIONS
+                || !req
+                    .headers()
+                    .contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD))
+        {
+            return false;
+        }
         let path = req.path();
         match &self.path {
             Some(PathMatch::Exact(p)) if p != path => return false,
@@ -198,6 +247,9 @@ impl Rule {
     /// `grpc helloworld.Greeter/SayHello`, `*` (whatever its name).
     pub(crate) fn conditions(&self) -> String {
         let mut parts = Vec::new();
+        if self.preflight {
+            parts.push("preflight".to_owned());
+        }
         if !self.methods.is_empty() {
             let m: Vec<&str> = self.methods.iter().map(Method::as_str).collect();
             parts.push(m.join(","));
@@ -238,10 +290,43 @@ pub(crate) struct CompiledRule {
     pub(crate) policies: Arc<[Policy]>,
     /// The rule's policies with the layer's tiers; `None` for an exempt rule.
     pub(crate) limits: Option<turnstile_core::Limits>,
+    /// The sets a request's tier selects, when the layer chooses tiers per request.
+    pub(crate) tiers: Option<crate::tier::RuleTiers>,
     pub(crate) policy_header: HeaderValue,
     /// The longest delay a leaky-bucket policy of this rule can ask for, (B − 1)·T, rounded
     /// up to whole nanoseconds; zero without a leaky bucket.
     pub(crate) max_leaky_delay: std::time::Duration,
+}
+
+impl CompiledRule {
+    /// The limits to check for a request whose tier resolved to `chosen`; `None` for an
+    /// exempt rule.
+    pub(crate) fn limits_for(&self, chosen: Chosen) -> Option<&turnstile_core::Limits> {
+        match (chosen, &self.tiers) {
+            (Some(i), Some(t)) => t.limits(i),
+            _ => self.limits.as_ref(),
+        }
+    }
+
+    /// The `RateLimit-Policy` value of the policies `chosen` checks by default.
+    pub(crate) fn policy_header_for(&self, chosen: Chosen) -> &HeaderValue {
+        match (chosen, &self.tiers) {
+            (Some(i), Some(t)) => t.header(i).unwrap_or(&self.policy_header),
+            _ => &self.policy_header,
+        }
+    }
+
+    /// `result` labelled with the request's tier when that tier decided.
+    pub(crate) fn relabel(
+        &self,
+        chosen: Chosen,
+        result: turnstile_core::CheckResult,
+    ) -> turnstile_core::CheckResult {
+        match &self.tiers {
+            Some(t) if chosen.is_some() => t.relabel(chosen, result),
+            _ => result,
+        }
+    }
 }
 
 impl fmt::Debug for CompiledRule {
@@ -293,6 +378,17 @@ mod tests {
             "/helloworld.Greeter/SayBye"
         ))));
         assert!(Rule::new().matches(&RequestRef::new(&req(Method::PUT, "/x"))));
+        let pre = Rule::preflight();
+        let mut r = req(Method::OPTIONS, "/x");
+        assert!(!pre.matches(&RequestRef::new(&r)));
+        r.headers_mut().insert(
+            http::header::ACCESS_CONTROL_REQUEST_METHOD,
+            HeaderValue::from_static("POST"),
+        );
+        assert!(pre.matches(&RequestRef::new(&r)));
+        *r.method_mut() = Method::GET;
+        assert!(!pre.matches(&RequestRef::new(&r)));
+        assert_eq!(pre.label(), "preflight");
     }
 
     #[test]

@@ -12,18 +12,19 @@ use turnstile_core::Backend;
 use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
-use crate::state::Config;
+use crate::state::{Config, Live};
 
 /// The rate-limiting middleware built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
-/// Readiness is the inner service's: [`Service::poll_ready`] forwards it and nothing else.
-/// [`Service::call`] moves the inner service that was made ready into the response future
+/// Readiness is the inner service's: [`Service::poll_ready`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.poll_ready) forwards it and nothing else.
+/// [`Service::call`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.call) moves the inner service that was made ready into the response future
 /// (leaving a fresh clone behind), checks the request, and calls the inner service only if
 /// the request is admitted. A denial is a response (`429`), not an error, so the error type
 /// is the inner service's.
 pub struct RateLimit<S, B, K> {
     pub(crate) inner: S,
     pub(crate) config: Arc<Config<B, K>>,
+    pub(crate) live: Option<Live<B, K>>,
 }
 
 impl<S: Clone, B, K> Clone for RateLimit<S, B, K> {
@@ -31,6 +32,7 @@ impl<S: Clone, B, K> Clone for RateLimit<S, B, K> {
         RateLimit {
             inner: self.inner.clone(),
             config: Arc::clone(&self.config),
+            live: self.live.clone(),
         }
     }
 }
@@ -81,6 +83,12 @@ where
         // Take the service that was driven to readiness; leave a clone for the next call.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::start(Arc::clone(&self.config), inner, req)
+        // A reloadable layer: the configuration in force when the request arrives decides it
+        // to the end.
+        let config = match &self.live {
+            Some(live) => live.load_full(),
+            None => Arc::clone(&self.config),
+        };
+        ResponseFuture::start(config, inner, req)
     }
 }

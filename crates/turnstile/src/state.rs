@@ -14,6 +14,7 @@ use crate::action::Action;
 use crate::key::{KeyError, KeyLogging, MissingKey, RequestRef};
 use crate::response::{Denial, DenialFn};
 use crate::rule::{CompiledRule, CostFn};
+use crate::tier::{Chosen, TierFn};
 
 /// Everything a service and its futures need.
 pub(crate) struct Config<B, K> {
@@ -24,6 +25,9 @@ pub(crate) struct Config<B, K> {
     /// Shared by every layer derived from one built layer.
     pub(crate) stats: Arc<Stats>,
 }
+
+/// A reloadable layer's configuration in force, swapped whole.
+pub(crate) type Live<B, K> = Arc<arc_swap::ArcSwap<Config<B, K>>>;
 
 /// The layer's configuration apart from backend and key.
 #[derive(Clone)]
@@ -41,6 +45,8 @@ pub(crate) struct Settings {
     pub(crate) headers_on_allowed: bool,
     pub(crate) legacy_headers: bool,
     pub(crate) response: Option<DenialFn>,
+    /// Chooses each request's tier.
+    pub(crate) request_tier: Option<TierFn>,
     pub(crate) key_logging: KeyLogging,
     /// The prepared metric keys of every policy of the rules and tiers.
     pub(crate) metric_keys: Arc<crate::metrics::Keys>,
@@ -51,6 +57,7 @@ pub(crate) struct Settings {
 pub(crate) struct Stats {
     incident: AtomicBool,
     warned_key: AtomicBool,
+    warned_tier: AtomicBool,
     shadow_denied: AtomicU64,
 }
 
@@ -88,10 +95,35 @@ impl<B, K> Config<B, K> {
         }
     }
 
-    /// Notes a key that could not be extracted: a misconfiguration is logged once.
+    /// Notes a key that could not be extracted: a misconfiguration (no connect info, no
+    /// matched route) is logged once per layer, with the fix, whatever [`MissingKey`] then
+    /// does with the request.
     pub(crate) fn key_failed(&self, e: &KeyError) {
         if e.is_misconfiguration() && !self.stats.warned_key.swap(true, Ordering::Relaxed) {
-            tracing::error!("{e}");
+            tracing::error!(target: "turnstile", kind = e.kind(), "{e}");
+        }
+    }
+
+    /// The tier `req` asks for under `rule` (`None`: the rule's own limits). A tier name the
+    /// layer does not define counts as none, and the first is logged.
+    pub(crate) fn choose_tier(
+        &self,
+        settings: &Settings,
+        rule: &CompiledRule,
+        req: &RequestRef<'_>,
+    ) -> Chosen {
+        let (Some(f), Some(tiers)) = (&settings.request_tier, &rule.tiers) else {
+            return None;
+        };
+        let tier = f(req);
+        match tiers.choose(&tier) {
+            Ok(chosen) => chosen,
+            Err(name) => {
+                if !self.stats.warned_tier.swap(true, Ordering::Relaxed) {
+                    tracing::error!(target: "turnstile", tier = name, "the request-tier function chose a tier this layer does not define; such requests get the rule's policies");
+                }
+                None
+            }
         }
     }
 

@@ -217,6 +217,18 @@ fn broken_files_say_what_and_where() {
         ),
         ("key = \"ip\"\n", "turnstile.toml: no policy applies to any request"),
         (
+            "policies = [\"gcra:limit=5,period=1s\"]\ntier_header = \"x-plan\"\n",
+            "turnstile.toml:2:15: tier_header: the header names a tier per request, but the file defines no `[tiers]`",
+        ),
+        (
+            "policies = [\"gcra:limit=5,period=1s\"]\ntier_header = \"x plan\"\n[tiers]\npro = [\"gcra:limit=9,period=1s\"]\n",
+            "turnstile.toml:2:15: tier_header: \"x plan\" is not a header name",
+        ),
+        (
+            "policies = [\"gcra:limit=5,period=1s\"]\n[[rules]]\npreflight = true\nmethods = [\"OPTIONS\"]\nexempt = true\n",
+            "turnstile.toml:2:1: rules[0]: `preflight = true` matches OPTIONS requests only; drop `methods`",
+        ),
+        (
             "polices = [\"gcra:limit=5,period=1s\"]\n",
             "turnstile.toml:1:1: polices: unknown field `polices`",
         ),
@@ -302,4 +314,79 @@ max_keys = 10
         );
     }
     assert_eq!(layer.shadow_denied(), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_preflight_rule_in_the_file_exempts_cors_preflights() {
+    let config = LayerConfig::from_toml(
+        "t.toml",
+        "policies = [\"fixed-window:limit=1,period=1m,name=per-ip\"]\n[[rules]]\npreflight = true\nexempt = true\n",
+    )
+    .unwrap();
+    assert!(config.to_string().contains("preflight: exempt"), "{config}");
+    let mut svc = config.builder().build().unwrap().layer(inner());
+    for _ in 0..3 {
+        let mut req = request("OPTIONS", "/", "192.0.2.1:4000");
+        req.headers_mut().insert(
+            http::header::ACCESS_CONTROL_REQUEST_METHOD,
+            http::HeaderValue::from_static("GET"),
+        );
+        assert_eq!(status(&mut svc, req).await, StatusCode::OK);
+    }
+    let get = || request("GET", "/", "192.0.2.1:4000");
+    assert_eq!(status(&mut svc, get()).await, StatusCode::OK);
+    assert_eq!(status(&mut svc, get()).await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_tier_header_names_each_requests_tier() {
+    let config = LayerConfig::from_toml(
+        "t.toml",
+        r#"
+key = "header:x-api-key"
+tier_header = "x-plan"
+policies = ["fixed-window:limit=1,period=1h,name=per-user"]
+[tiers]
+premium = ["fixed-window:limit=3,period=1h,name=per-user"]
+"#,
+    )
+    .unwrap();
+    assert_eq!(config.tier_header().map(|h| h.as_str()), Some("x-plan"));
+    assert!(
+        config
+            .to_string()
+            .contains("tier per request: named by the x-plan header"),
+        "{config}"
+    );
+    let mut svc = config.builder().build().unwrap().layer(inner());
+    let send = |key: &str, plan: Option<&str>| {
+        let mut r = request("GET", "/", "192.0.2.1:4000");
+        r.headers_mut().insert("x-api-key", key.parse().unwrap());
+        if let Some(plan) = plan {
+            r.headers_mut().insert("x-plan", plan.parse().unwrap());
+        }
+        r
+    };
+    let mut got = Vec::new();
+    for (key, plan, n) in [
+        ("a", None, 2),
+        ("b", Some("premium"), 4),
+        ("c", Some("platinum"), 2),
+        ("d", Some(""), 2),
+    ] {
+        let mut s = Vec::new();
+        for _ in 0..n {
+            s.push(status(&mut svc, send(key, plan)).await.as_u16());
+        }
+        got.push(s);
+    }
+    assert_eq!(
+        got,
+        [
+            vec![200, 429],
+            vec![200, 200, 200, 429],
+            vec![200, 429],
+            vec![200, 429]
+        ]
+    );
 }

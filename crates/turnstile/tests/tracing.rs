@@ -274,3 +274,60 @@ async fn one_incident_logs_one_warning_and_one_recovery_whatever_the_failure_pol
         assert_eq!(at("INFO").len(), 1, "{failure}: {:?}", at("INFO"));
     }
 }
+
+/// Regression: a server started without connect info explained the fix only in response
+/// bodies (and only when such requests were rejected); it is logged once, whatever
+/// `MissingKey` does with the requests.
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_without_connect_info_logs_the_fix_once() {
+    use turnstile::MissingKey;
+    for missing in [
+        MissingKey::Reject,
+        MissingKey::Allow,
+        MissingKey::key("anon"),
+    ] {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let layer = RateLimitLayer::builder()
+            .policy(policy())
+            .on_missing_key(missing.clone())
+            .build()
+            .unwrap();
+        let inner = tower::service_fn(|_r: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        });
+        let mut svc = layer.layer(inner);
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let res = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(Request::new(()))
+                .await
+                .unwrap();
+            statuses.push(res.status().as_u16());
+        }
+        let want = match missing {
+            MissingKey::Reject => [500, 500, 500],
+            MissingKey::Allow => [200, 200, 200],
+            _ => [200, 429, 429],
+        };
+        assert_eq!(statuses, want, "{missing:?}");
+        let errors: Vec<Fields> = capture
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, f)| f["level"] == "ERROR")
+            .map(|(_, f)| f.clone())
+            .collect();
+        assert_eq!(errors.len(), 1, "{missing:?}: {errors:?}");
+        assert!(
+            errors[0]["message"].contains("into_make_service_with_connect_info"),
+            "{errors:?}"
+        );
+        assert_eq!(errors[0]["kind"], "missing_peer_addr");
+    }
+}

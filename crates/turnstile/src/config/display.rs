@@ -65,6 +65,12 @@ impl fmt::Display for LayerConfig {
             _ => "?",
         };
         writeln!(f, "keys without override or tier: {unconfigured}")?;
+        if let Some(h) = &self.tier_header {
+            writeln!(
+                f,
+                "tier per request: named by the {h} header (a key's stored override or tier wins)"
+            )?;
+        }
         if !self.exempt_keys.is_empty() {
             writeln!(f, "exempt keys: {}", self.exempt_keys.join(", "))?;
         }

@@ -19,6 +19,9 @@
 //! # let _ = layer; Ok(()) }
 //! ```
 //!
+//! A layer built from a file can take a new version of it while it serves: see
+//! [`ConfigReload`] (on `SIGHUP`, or when the file changes).
+//!
 //! Errors name the file, the line and column, and the field:
 //! `turnstile.toml:12:13: rules[1].policies[0]: limit 0 is out of range (1 to 4294967295)`
 //! (indices count from 0, in file order).
@@ -41,13 +44,22 @@
 //! | `headers_on_allowed`, `legacy_headers` | as the builder's methods of those names | `true`, `false` |
 //! | `log_keys` | keys in spans and logs: `"hashed"`, `"plain"`, `"hidden"` ([`KeyLogging`]) | `"hashed"` |
 //! | `[tiers]` | `NAME = [policies...]`: the policies of each tier | none |
+//! | `tier_header` | a header whose value names each request's tier (one of `[tiers]`; absent, empty or naming no tier: the rule's policies). A key's stored override or tier still wins (see [`RequestTier`](crate::RequestTier)). Trust it only from a gateway that sets or strips it: a client could otherwise pick its own tier | none |
 //! | `[[rules]]` | rules, tried in order; the first that matches applies | none |
 //! | `[backend]` | where state lives (see [`BackendConfig`]): `url`, `prefix`, `timeout`, `failure`, `max_keys` | in memory |
 //!
 //! A rule: `name`, `methods` (`["GET", "HEAD"]`), `path` (exact) or `path_prefix`
 //! (segment-wise), `grpc_service` (`helloworld.Greeter`) or `grpc_method`
-//! (`helloworld.Greeter/SayHello`), and then `policies` (with an optional `cost`) or
-//! `exempt = true`. Unnamed policies are named after their rule, as [`Rule`] says.
+//! (`helloworld.Greeter/SayHello`), `preflight = true` (CORS preflights: `OPTIONS` with
+//! `Access-Control-Request-Method`; see [`Rule::preflight`]), and then `policies` (with an
+//! optional `cost`) or `exempt = true`. Preflights count like any request unless a rule
+//! exempts them:
+//!
+//! ```toml
+//! [[rules]]
+//! preflight = true
+//! exempt = true
+//! ``` Unnamed policies are named after their rule, as [`Rule`] says.
 
 // `validate` reads a file into a `LayerConfig` (`from_file`, `from_toml`); `display` prints
 // it as `turnstile check-config` does.
@@ -56,6 +68,7 @@ mod display;
 mod error;
 mod key;
 mod raw;
+mod reload;
 mod validate;
 
 use turnstile_core::{MemoryBackend, Policy, Unconfigured};
@@ -63,6 +76,7 @@ use turnstile_core::{MemoryBackend, Policy, Unconfigured};
 pub use backend::BackendConfig;
 pub use error::ConfigFileError;
 pub use key::ConfigKey;
+pub use reload::{ConfigReload, ReloadError};
 
 use crate::action::Action;
 use crate::builder::RateLimitLayerBuilder;
@@ -103,6 +117,7 @@ pub struct LayerConfig {
     key_logging: KeyLogging,
     headers_on_allowed: bool,
     legacy_headers: bool,
+    tier_header: Option<http::HeaderName>,
     exempt_keys: Vec<String>,
     backend: BackendConfig,
 }
@@ -135,6 +150,9 @@ impl LayerConfig {
         }
         for (name, policies) in &self.tiers {
             b = b.tier(name.clone(), policies.iter().cloned());
+        }
+        if let Some(h) = &self.tier_header {
+            b = b.request_tier(tier_from_header(h.clone(), &self.tiers));
         }
         b
     }
@@ -174,8 +192,29 @@ impl LayerConfig {
         self.unconfigured
     }
 
+    /// The header whose value names each request's tier (`tier_header`), if any.
+    pub fn tier_header(&self) -> Option<&http::HeaderName> {
+        self.tier_header.as_ref()
+    }
+
     /// The `[backend]` table.
     pub fn backend(&self) -> &BackendConfig {
         &self.backend
+    }
+}
+
+/// The request-tier function of `tier_header = "NAME"`: the header's value names one of
+/// `tiers`; absent, empty, or naming no tier, the rule's policies.
+fn tier_from_header(
+    header: http::HeaderName,
+    tiers: &[(String, Vec<Policy>)],
+) -> impl Fn(&crate::key::RequestRef<'_>) -> crate::RequestTier + Send + Sync + 'static {
+    let names: std::sync::Arc<[String]> = tiers.iter().map(|(n, _)| n.clone()).collect();
+    move |req| {
+        let value = req.headers().get(&header).map(http::HeaderValue::as_bytes);
+        match value.and_then(|v| names.iter().find(|n| n.as_bytes() == v)) {
+            Some(name) => crate::RequestTier::named(name.clone()),
+            None => crate::RequestTier::Defaults,
+        }
     }
 }

@@ -27,6 +27,7 @@ pub(super) struct RawFile {
     pub(super) log_keys: Option<RawKeyLogging>,
     pub(super) headers_on_allowed: Option<bool>,
     pub(super) legacy_headers: Option<bool>,
+    pub(super) tier_header: Option<Spanned<HeaderSpec>>,
     #[serde(default)]
     pub(super) exempt_keys: Vec<String>,
     pub(super) cost: Option<Cost>,
@@ -50,6 +51,8 @@ pub(super) struct RawRule {
     pub(super) path_prefix: Option<PathSpec>,
     pub(super) grpc_service: Option<GrpcService>,
     pub(super) grpc_method: Option<GrpcMethodSpec>,
+    #[serde(default)]
+    pub(super) preflight: bool,
     #[serde(default)]
     pub(super) policies: Vec<Spanned<PolicySpec>>,
     #[serde(default)]
@@ -286,6 +289,11 @@ parsed!(Prefix(String) from String, "prefix", |s| if s.is_empty() || s.contains(
 } else {
     Ok(s)
 });
+
+/// A header name (`tier_header`).
+pub(super) struct HeaderSpec(pub(super) HeaderName);
+parsed!(HeaderSpec(HeaderName) from String, "header name", |s| HeaderName::from_bytes(s.as_bytes())
+    .map_err(|_| format!("{s:?} is not a header name")));
 
 /// One source of a key.
 #[derive(Clone, Debug, PartialEq, Eq)]

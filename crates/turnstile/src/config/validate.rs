@@ -154,6 +154,13 @@ impl Validator<'_> {
             let set = self.name_set(None, list.get_ref(), &field, &mut named, false)?;
             tiers.push((name.clone(), set));
         }
+        if let (Some(h), true) = (&raw.tier_header, tiers.is_empty()) {
+            return Err(self.span_at(
+                h,
+                "tier_header",
+                "the header names a tier per request, but the file defines no `[tiers]`",
+            ));
+        }
         let action = match raw.action.as_ref().map(|a| *a.get_ref()) {
             None | Some(RawAction::Reject) => Action::Reject,
             Some(RawAction::Shadow) => Action::Shadow,
@@ -200,6 +207,7 @@ impl Validator<'_> {
             },
             headers_on_allowed: raw.headers_on_allowed.unwrap_or(true),
             legacy_headers: raw.legacy_headers.unwrap_or(false),
+            tier_header: raw.tier_header.map(|h| h.into_inner().0),
             exempt_keys: raw.exempt_keys,
             backend,
         };
@@ -328,6 +336,11 @@ impl Validator<'_> {
                 "give either `grpc_service` or `grpc_method`, not both",
             ));
         }
+        if r.preflight && !r.methods.is_empty() {
+            return Err(fail(
+                "`preflight = true` matches OPTIONS requests only; drop `methods`",
+            ));
+        }
         if r.exempt && !r.policies.is_empty() {
             return Err(fail("an exempt rule takes no policies"));
         }
@@ -357,6 +370,9 @@ impl Validator<'_> {
         }
         if let Some(m) = &r.grpc_method {
             rule = rule.grpc_method(m.0 .0.clone(), m.0 .1.clone());
+        }
+        if r.preflight {
+            rule = rule.cors_preflight();
         }
         if r.exempt {
             rule = rule.exempt();

@@ -32,6 +32,10 @@ mod ip;
 pub(crate) use ip::peer_addr;
 pub use ip::{ClientIp, ForwardedHeader, InvalidPrefix, PeerIp};
 
+/// IP networks in CIDR notation (`10.0.0.0/8`, `2001:db8::/32`), as [`ClientIp::trust`]
+/// takes them: the `ipnet` crate's types, re-exported so no direct dependency is needed.
+pub use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
 /// Derives the client key a request is limited by.
 ///
 /// Implementations must be cheap to clone (they are shared by every clone of the service)
@@ -282,7 +286,7 @@ impl HeaderKey {
     /// Keys by the header `name`, given as a static string such as `"x-api-key"`.
     ///
     /// # Errors
-    /// [`http::header::InvalidHeaderName`] when `name` is not a valid header name.
+    /// [`InvalidHeaderName`](https://docs.rs/http/1/http/header/struct.InvalidHeaderName.html) when `name` is not a valid header name.
     pub fn named(name: &str) -> Result<Self, http::header::InvalidHeaderName> {
         Ok(HeaderKey {
             name: HeaderName::from_bytes(name.as_bytes())?,
