@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::few::Few;
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 use crate::quota::Applied;
 
 /// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
@@ -81,6 +81,41 @@ impl PolicyDecision {
     /// drain. Zero for every other algorithm and for denied requests.
     pub fn delay(&self) -> Duration {
         self.delay
+    }
+
+    /// For a policy's result on a denied request of `cost` units: how long, with nothing else
+    /// arriving, until this policy's `remaining` could rise or (if it denies) it could admit;
+    /// `None` when neither can happen (the policy is at full capacity). A lower bound where
+    /// the exact moment depends on state a decision does not carry (a sliding log's oldest
+    /// entry, a sliding window's previous count): zero.
+    fn unchanged_for(&self, cost: u64) -> Option<Duration> {
+        let p = &self.policy;
+        let cap = p.capacity();
+        if self.remaining >= cap {
+            return None;
+        }
+        // Every algorithm admits `cost` exactly when `remaining` ≥ `cost`, so when one more
+        // unit is missing, the first rise is the admission itself.
+        if !self.allowed && cost == self.remaining + 1 {
+            return Some(self.retry_after.unwrap_or(Duration::ZERO));
+        }
+        match p.algorithm() {
+            // remaining = B − ceil(D / P) rises when the debt D / L ms (`reset_after`) falls to
+            // (B − r − 1)·P / L ms. Both durations are rounded up to ns: one ns less keeps
+            // the bound below the exact instant.
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
+                let units = u128::from(cap - self.remaining - 1);
+                let rest = ms_ratio(units * u128::from(p.period_ms()), u128::from(p.limit()));
+                Some(
+                    self.reset_after
+                        .saturating_sub(rest.saturating_add(Duration::from_nanos(1))),
+                )
+            }
+            // A count in the current window (remaining < L) ends with the window, when the
+            // key resets.
+            Algorithm::FixedWindow => Some(self.reset_after),
+            Algorithm::SlidingLog | Algorithm::SlidingWindow => Some(Duration::ZERO),
+        }
     }
 }
 
@@ -229,6 +264,52 @@ impl Decision {
             applied: self.applied.clone(),
             version: self.version,
         }
+    }
+
+    /// For a denial of a request of `cost` units: how long the same request, with nothing
+    /// else reaching the key, keeps getting this decision aged by the time passed. For every
+    /// `d` below the returned duration the decision at `d` later equals
+    /// [`self.elapsed_by(d)`](Decision::elapsed_by) field for field: the same violated
+    /// policies, the same `remaining` everywhere, every duration shortened by `d`.
+    ///
+    /// It ends no later than the first moment a field could change otherwise: when the first
+    /// violated policy could admit (its `retry_after`), or when any policy's `remaining` could
+    /// rise (a bucket refilling a whole unit, a fixed window ending). Where that moment
+    /// depends on state a decision does not carry — a sliding log's oldest entry, a sliding
+    /// window's previous count — it is taken as now, unless the policy misses exactly one
+    /// unit, in which case its first rise is its admission. At least 1 ns for a denial (the
+    /// same instant always gets the same answer); `Duration::MAX` when nothing can change;
+    /// zero for an admitted decision, which changed the state.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile_core::{Backend, MemoryBackend, Policy};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let b = MemoryBackend::new();
+    /// // A = 2 per 60 s, B = 1 per 1 s: at 1100 ms both deny; B admits again at 2000 ms.
+    /// let ps = [
+    ///     "token-bucket:limit=2,period=60s,name=A".parse::<Policy>()?,
+    ///     "token-bucket:limit=1,period=1s,name=B".parse()?,
+    /// ];
+    /// for t in [0, 1000] {
+    ///     assert!(b.check_at("k", &ps, 1, t).into_inner()?.allowed());
+    /// }
+    /// let denied = b.check_at("k", &ps, 1, 1100).into_inner()?;
+    /// assert_eq!(denied.violated().count(), 2);
+    /// assert_eq!(denied.unchanged_for(1), Duration::from_millis(900));
+    /// # Ok(()) }
+    /// ```
+    pub fn unchanged_for(&self, cost: u64) -> Duration {
+        if self.allowed {
+            return Duration::ZERO;
+        }
+        self.policies
+            .as_slice()
+            .iter()
+            .filter_map(|p| p.unchanged_for(cost))
+            .min()
+            .map_or(Duration::MAX, |d| d.max(Duration::from_nanos(1)))
     }
 
     /// Which configuration decided: the default policies, the key's override, its tier, or
