@@ -55,6 +55,8 @@ pub use backend::{Backend, BackendError, BoxError, CheckResult, Checked, Quotas}
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, PolicyDecision};
 pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};
+#[cfg(feature = "tokio")]
+pub use memory::SpawnSweeperError;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use policy::{Algorithm, InvalidPolicy, Policy};
 pub use quota::{Applied, KeyConfig, Limits, LimitsError, Unconfigured};
