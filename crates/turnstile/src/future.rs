@@ -31,6 +31,12 @@ pin_project! {
     /// waits if the action or a leaky bucket says so, then calls the inner service — or
     /// answers the denial itself.
     ///
+    /// A request that must wait (a leaky bucket's delay, an [`Action::Delay`] re-check)
+    /// releases the readiness it reserved from the inner service when its wait starts (it
+    /// drops the service `poll_ready` readied and keeps an unreserved clone), and drives the
+    /// clone's `poll_ready` again when its wait ends, before calling it: waiting holds no
+    /// capacity of the inner service (a `ConcurrencyLimit` permit, a buffer slot).
+    ///
     /// # Cancellation
     /// Dropping the future leaves the limiter consistent: each check is atomic in the
     /// backend, so it either consumed quota or not, and a denied check consumes nothing (so
@@ -46,8 +52,11 @@ pin_project! {
         #[pin]
         state: State<FallbackFuture<B::Future, SystemClock>, S::Future>,
         config: Arc<Config<B, K>>,
-        // The ready inner service and the request, until the inner service is called.
+        // The inner service and the request, until the inner service is called.
         inner: Option<S>,
+        // Whether `inner` holds the readiness `poll_ready` reserved (else it must be driven
+        // to readiness again before the call).
+        reserved: bool,
         req: Option<R>,
         key: String,
         rule: usize,
@@ -120,6 +129,7 @@ where
             state: State::Admitted { headers: None },
             config: Arc::clone(&config),
             inner: Some(inner),
+            reserved: true,
             req: None,
             key: String::new(),
             rule: 0,
@@ -184,10 +194,22 @@ fn call<S: Service<R>, R>(inner: &mut Option<S>, req: &mut Option<R>) -> Option<
     Some(inner.call(req))
 }
 
+/// Releases the readiness the inner service reserved, before a wait: the readied service is
+/// dropped (for `ConcurrencyLimit`, its permit goes back) and an unreserved clone kept.
+fn release<S: Clone>(inner: &mut Option<S>, reserved: &mut bool) {
+    if std::mem::take(reserved) {
+        if let Some(ready) = inner.take() {
+            let unreserved = ready.clone();
+            drop(ready);
+            *inner = Some(unreserved);
+        }
+    }
+}
+
 impl<B, K, S, ReqBody, ResBody> Future for ResponseFuture<B, K, S, Request<ReqBody>>
 where
     B: Backend,
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
@@ -246,10 +268,13 @@ where
                             let headers = headers.then_some(decision);
                             match at {
                                 None => State::Admitted { headers },
-                                Some(at) => State::Delaying {
-                                    sleep: tokio::time::sleep_until(at),
-                                    headers,
-                                },
+                                Some(at) => {
+                                    release(this.inner, this.reserved);
+                                    State::Delaying {
+                                        sleep: tokio::time::sleep_until(at),
+                                        headers,
+                                    }
+                                }
                             }
                         }
                         Step::ShadowCall { decision } => {
@@ -268,6 +293,7 @@ where
                         Step::Recheck { at, decision } => {
                             *this.waited = true;
                             finish_span(&span, "waiting", &decision);
+                            release(this.inner, this.reserved);
                             State::Waiting {
                                 sleep: tokio::time::sleep_until(at),
                             }
@@ -317,6 +343,16 @@ where
                     this.state.set(State::Admitted { headers });
                 }
                 StateProj::Admitted { headers } => {
+                    // After a wait: acquire the inner service's readiness again.
+                    if !*this.reserved {
+                        if let Some(inner) = this.inner.as_mut() {
+                            if let Err(e) = ready!(inner.poll_ready(cx)) {
+                                this.state.set(State::Done);
+                                return Poll::Ready(Err(e));
+                            }
+                        }
+                        *this.reserved = true;
+                    }
                     let headers = headers.take();
                     match call(this.inner, this.req) {
                         Some(fut) => this.state.set(State::Calling { fut, headers }),
