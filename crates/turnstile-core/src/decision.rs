@@ -119,6 +119,22 @@ impl PolicyDecision {
     }
 }
 
+/// Who answered a check: the backend itself, or a wrapper in its stead. Only an answer of
+/// the backend is evidence that it works (an incident ends on one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Origin {
+    /// The backend decided (the default).
+    #[default]
+    Backend,
+    /// A deny cache repeated a denial the backend gave earlier
+    /// ([`DenyCache`](crate::wrap::DenyCache)).
+    DenyCache,
+    /// A local fallback decided because the backend could not
+    /// ([`Fallback`](crate::wrap::Fallback)).
+    Fallback,
+}
+
 /// The answer to one check of a key against one or more policies.
 ///
 /// The request is admitted only if every policy admits it, and a denied request consumes
@@ -126,7 +142,10 @@ impl PolicyDecision {
 /// among the denying policies (`None`, "never", if any says never), the largest `delay`, and
 /// the `remaining` and `reset_after` of the *binding* policy — the one with the smallest
 /// `remaining`, ties broken by the largest `reset_after` (the first such in policy order).
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Two decisions are equal when every field of the answer is; who answered
+/// ([`Decision::origin`]) is not compared.
+#[derive(Clone, Debug)]
 pub struct Decision {
     allowed: bool,
     retry_after: Option<Duration>,
@@ -135,7 +154,22 @@ pub struct Decision {
     policies: Few<PolicyDecision>,
     applied: Applied,
     version: u64,
+    origin: Origin,
 }
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+            && self.retry_after == other.retry_after
+            && self.delay == other.delay
+            && self.binding == other.binding
+            && self.policies == other.policies
+            && self.applied == other.applied
+            && self.version == other.version
+    }
+}
+
+impl Eq for Decision {}
 
 impl Decision {
     /// Aggregates per-policy results (in policy order) as `SEMANTICS.md` says.
@@ -187,6 +221,7 @@ impl Decision {
             policies,
             applied,
             version,
+            origin: Origin::Backend,
         }
     }
 
@@ -202,6 +237,7 @@ impl Decision {
             policies: Few::None,
             applied: Applied::Denied,
             version,
+            origin: Origin::Backend,
         }
     }
 
@@ -217,6 +253,7 @@ impl Decision {
             policies: Few::None,
             applied: Applied::Unlimited,
             version,
+            origin: Origin::Backend,
         }
     }
 
@@ -263,6 +300,7 @@ impl Decision {
                 .collect(),
             applied: self.applied.clone(),
             version: self.version,
+            origin: self.origin,
         }
     }
 
@@ -310,6 +348,18 @@ impl Decision {
             .filter_map(|p| p.unchanged_for(cost))
             .min()
             .map_or(Duration::MAX, |d| d.max(Duration::from_nanos(1)))
+    }
+
+    /// Who answered: the backend, or a wrapper in its stead ([`Origin`]).
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// The same decision, answered by `origin` (for wrappers that answer in a backend's
+    /// stead).
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
     }
 
     /// Which configuration decided: the default policies, the key's override, its tier, or

@@ -13,7 +13,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
-use turnstile_core::wrap::FallbackFuture;
+use turnstile_core::wrap::{FallbackFuture, Ticket};
 use turnstile_core::{Backend, Decision, SystemClock};
 
 use crate::action::Action;
@@ -69,6 +69,8 @@ pin_project! {
         started: Option<std::time::Instant>,
         // Whether Action::Delay held the request for a re-check.
         waited: bool,
+        // When the current check was sent, as far as backend incidents go.
+        ticket: Ticket,
     }
 }
 
@@ -139,6 +141,7 @@ where
             span: Span::none(),
             started: None,
             waited: false,
+            ticket: config.ticket(),
         };
         // Exempt rules and requests no rule matches pass unchecked, without headers.
         let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
@@ -179,6 +182,7 @@ where
         };
         fut.span = check_span(settings, rule, &key, fut.cost);
         fut.started = measure(&fut.span);
+        fut.ticket = config.ticket();
         let check = config.backend.check_limits(&key, limits, fut.cost, None);
         fut.state = State::Checking { check };
         fut.rule = rule_index;
@@ -236,9 +240,9 @@ where
                     // The check's span closes at the end of this step.
                     let span = std::mem::replace(this.span, Span::none());
                     match &result {
-                        Ok(_) => config.backend_ok(),
+                        Ok(decision) => config.backend_ok(decision, *this.ticket),
                         Err(e) => {
-                            config.backend_failed(e);
+                            config.backend_failed(e, this.key, *this.ticket);
                             crate::metrics::backend_error(e.kind());
                             if !span.is_disabled() {
                                 span.record("outcome", "backend_error");
@@ -328,6 +332,7 @@ where
                         Some(limits) => {
                             *this.span = check_span(settings, rule, this.key, *this.cost);
                             *this.started = measure(this.span);
+                            *this.ticket = config.ticket();
                             let check = config
                                 .backend
                                 .check_limits(this.key, limits, *this.cost, None);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use pin_project_lite::pin_project;
 
 use crate::backend::{Backend, BackendError, CheckResult, Quotas};
-use crate::decision::Decision;
+use crate::decision::{Decision, Origin};
 use crate::policy::Policy;
 use crate::quota::{KeyConfig, Limits};
 
@@ -128,7 +128,9 @@ impl Cache {
             Some(e) => {
                 let elapsed =
                     Duration::from_nanos(u64::try_from(now_ns - e.reply_ns).unwrap_or(u64::MAX));
-                Ok(e.decision.elapsed_by(elapsed))
+                Ok(e.decision
+                    .elapsed_by(elapsed)
+                    .with_origin(Origin::DenyCache))
             }
             None => Err(shard.generation),
         }

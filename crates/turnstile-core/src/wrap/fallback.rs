@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::{Future, Ready};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -11,12 +11,14 @@ use pin_project_lite::pin_project;
 
 use crate::backend::{Backend, BackendError, CheckResult, Quotas};
 use crate::clock::{Clock, SystemClock};
+use crate::decision::Origin;
 use crate::failure::{FailurePolicy, OnError};
 use crate::memory::MemoryBackend;
 #[cfg(feature = "metrics")]
 use crate::metric_names as names;
 use crate::policy::Policy;
 use crate::quota::{KeyConfig, Limits};
+use crate::wrap::incident::{key_hash, IncidentLog, Ticket};
 
 /// The default cap on keys a [`Fallback`] tracks in memory: 1,000,000.
 pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
@@ -28,9 +30,18 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 ///
 /// The local state is this process's alone: while the backend is away, a fleet of N
 /// processes admits up to N times the limit. A wrapped backend that is itself local
-/// ([`Backend::is_local`]) is never stood in for. The first check the fallback decides logs
-/// one warning (`tracing`), the first success afterwards one recovery: one incident, one
-/// pair of lines. Quota operations ([`Quotas`]) are forwarded, never decided locally.
+/// ([`Backend::is_local`]) is never stood in for. Decisions made locally are marked
+/// [`Origin::Fallback`].
+///
+/// One incident logs one pair of lines (`tracing`): a warning when the first check sent
+/// while the backend was healthy fails, and a recovery when the backend itself answers a
+/// check sent during the incident — not a deny cache's answer, not a reply that was in
+/// flight when the incident began ([`IncidentLog`]). One key's unreadable state
+/// (`BackendError::InvalidState`) is decided locally too, but it is the key's fault, not the
+/// backend's: it neither starts nor ends an incident, and is logged at most once per key per
+/// minute, the key shown as its stable hash (FNV-1a, as the layer's default
+/// `KeyLogging::Hashed`). Quota operations ([`Quotas`]) are forwarded, never decided
+/// locally.
 ///
 /// # Examples
 /// ```
@@ -52,8 +63,8 @@ pub struct Fallback<B, C = SystemClock> {
 struct Shared<C> {
     local: MemoryBackend<C>,
     policy: FailurePolicy,
-    /// Whether the fallback is deciding (an incident is open).
-    incident: AtomicBool,
+    /// When an incident starts and ends; which bad keys to log.
+    log: IncidentLog,
     decisions: AtomicU64,
 }
 
@@ -96,7 +107,7 @@ impl<B, C> Fallback<B, C> {
             shared: Arc::new(Shared {
                 local,
                 policy,
-                incident: AtomicBool::new(false),
+                log: IncidentLog::new(),
                 decisions: AtomicU64::new(0),
             }),
         }
@@ -115,6 +126,11 @@ impl<B, C> Fallback<B, C> {
     /// The failure policy followed.
     pub fn policy(&self) -> FailurePolicy {
         self.shared.policy
+    }
+
+    /// Whether an incident is open: the backend failed and has not answered since.
+    pub fn in_incident(&self) -> bool {
+        self.shared.log.is_open()
     }
 
     /// Checks decided locally since the wrapper was built (all clones together).
@@ -143,6 +159,7 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
             state: State::Watch {
                 fut,
                 retry: Some(Retry {
+                    ticket: self.shared.log.ticket(),
                     shared: Arc::clone(&self.shared),
                     key: Box::from(key),
                     limits: limits.clone(),
@@ -160,6 +177,8 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
 
 /// What the local fallback needs to decide a check itself.
 struct Retry<C> {
+    /// When the check was sent, as far as incidents go.
+    ticket: Ticket,
     shared: Arc<Shared<C>>,
     key: Box<str>,
     limits: Limits,
@@ -173,7 +192,7 @@ impl<C: Clock> Retry<C> {
         let s = &*self.shared;
         let error = match result {
             Ok(decision) => {
-                if s.incident.load(Ordering::Relaxed) && s.incident.swap(false, Ordering::Relaxed) {
+                if decision.origin() == Origin::Backend && s.log.answered(self.ticket) {
                     tracing::info!("rate-limit backend answers again; the local fallback stops");
                 }
                 return Ok(decision);
@@ -183,7 +202,16 @@ impl<C: Clock> Retry<C> {
         if s.policy.on_error(&error) != OnError::DecideLocally {
             return Err(error);
         }
-        if !s.incident.swap(true, Ordering::Relaxed) {
+        if matches!(error, BackendError::InvalidState(_)) {
+            // One key's fault: logged per key, no incident.
+            if s.log.bad_key(&self.key, s.local.clock().now_ms()) {
+                tracing::warn!(
+                    error = %error,
+                    key_hash = %key_hash(&self.key),
+                    "rate-limit backend cannot read this key's state; deciding it in memory on this process"
+                );
+            }
+        } else if s.log.failed(self.ticket) {
             #[cfg(feature = "metrics")]
             metrics::counter!(names::FALLBACK_ACTIVATIONS_TOTAL, names::LABEL_KIND => error.kind())
                 .increment(1);
@@ -199,7 +227,7 @@ impl<C: Clock> Retry<C> {
         let ready: Ready<CheckResult> =
             s.local
                 .check_limits(&self.key, &self.limits, self.cost, self.now_ms);
-        ready.into_inner()
+        ready.into_inner().map(|d| d.with_origin(Origin::Fallback))
     }
 }
 
