@@ -358,6 +358,9 @@ impl Validator<'_> {
         if let Some(m) = &r.grpc_method {
             rule = rule.grpc_method(m.0 .0.clone(), m.0 .1.clone());
         }
+        if let Some(reason) = rule.matches_nothing() {
+            return Err(fail(&format!("no request can match this rule: {reason}")));
+        }
         if r.exempt {
             rule = rule.exempt();
         }
