@@ -127,11 +127,9 @@ pub enum Origin {
     /// The backend decided (the default).
     #[default]
     Backend,
-    /// A deny cache repeated a denial the backend gave earlier
-    /// ([`DenyCache`](crate::wrap::DenyCache)).
+    /// A deny cache repeated a denial the backend gave earlier (`wrap::DenyCache`).
     DenyCache,
-    /// A local fallback decided because the backend could not
-    /// ([`Fallback`](crate::wrap::Fallback)).
+    /// A local fallback decided because the backend could not (`wrap::Fallback`).
     Fallback,
 }
 

@@ -40,19 +40,15 @@ fn get(path: &str) -> Request<()> {
     r
 }
 
+/// The inner handler: answers 200 at once.
+type Handler = fn(Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>>;
+
 /// The app: answers 200 at once, behind a concurrency limit of one.
 fn app<L>(layer: L) -> L::Service
 where
-    L: Layer<
-        tower::limit::ConcurrencyLimit<
-            tower::util::ServiceFn<
-                fn(Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>>,
-            >,
-        >,
-    >,
+    L: Layer<tower::limit::ConcurrencyLimit<tower::util::ServiceFn<Handler>>>,
 {
-    let ok: fn(Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>> =
-        |_| std::future::ready(Ok(Response::new(String::from("ok"))));
+    let ok: Handler = |_| std::future::ready(Ok(Response::new(String::from("ok"))));
     layer.layer(ConcurrencyLimitLayer::new(1).layer(tower::service_fn(ok)))
 }
 
