@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use turnstile::{Policy, RateLimitLayer};
+use turnstile::{MemoryBackend, Policy, RateLimitLayer};
 
 /// Serves `GET /` (rate-limited) and `GET /metrics` (Prometheus text) on 127.0.0.1.
 #[derive(Parser, Debug)]
@@ -43,12 +43,21 @@ pub(crate) fn install_recorder() -> Result<PrometheusHandle, Box<dyn std::error:
     Ok(handle)
 }
 
-/// The app: `GET /` behind the layer, `GET /metrics` added after it (so not limited).
+/// The app: `GET /` behind the layer, `GET /metrics` added after it (so not limited). Must
+/// run inside a tokio runtime: it starts the memory sweeper.
 pub(crate) fn app(handle: PrometheusHandle) -> Result<Router, Box<dyn std::error::Error>> {
     let per_ip = Policy::token_bucket(10, Duration::from_secs(60))?.with_name("per-ip")?;
+    let memory = MemoryBackend::new();
+    // Expired clients go every second, without traffic: `turnstile_memory_keys` falls back.
+    memory.spawn_sweeper(Duration::from_secs(1))?;
     Ok(Router::new()
         .route("/", get(|| async { "Hello from turnstile!\n" }))
-        .layer(RateLimitLayer::new(per_ip))
+        .layer(
+            RateLimitLayer::builder()
+                .policy(per_ip)
+                .backend(memory)
+                .build()?,
+        )
         .route("/metrics", get(move || std::future::ready(handle.render()))))
 }
 

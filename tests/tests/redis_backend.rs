@@ -262,9 +262,9 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deny_cache_answers_exactly_as_redis_would() {
     // Random traces (several keys, costs, policies) through a backend with the deny cache and
-    // one without, at explicit times: identical `allowed`, and a retry never shorter than the
-    // true one (here, at explicit times, equal to it); refunds through the cached backend
-    // reach its cache at once.
+    // one without, at explicit times: identical decisions, field for field (at explicit times
+    // a cached denial is the backend's own answer, not a bound on it); refunds through the
+    // cached backend reach its cache at once.
     let redis = TestRedis::get();
     let sets: Vec<Vec<Policy>> = vec![
         vec![p("token-bucket:limit=3,period=1s,burst=5,name=a")],
@@ -275,6 +275,15 @@ async fn the_deny_cache_answers_exactly_as_redis_would() {
         vec![
             p("token-bucket:limit=5,period=1s,name=fast"),
             p("sliding-window:limit=12,period=10s,name=slow"),
+        ],
+        // The deny cache once answered a refilled B as violated (A's wait outlived B's).
+        vec![
+            p("token-bucket:limit=2,period=60s,name=A"),
+            p("token-bucket:limit=1,period=1s,name=B"),
+        ],
+        vec![
+            p("leaky-bucket:limit=2,period=500ms,burst=3,name=l"),
+            p("fixed-window:limit=7,period=3s,name=f"),
         ],
     ];
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
@@ -318,18 +327,24 @@ async fn the_deny_cache_answers_exactly_as_redis_would() {
                 .check_limits(key, &limits, cost, Some(t))
                 .await
                 .unwrap();
-            assert_eq!(
-                a.allowed(),
-                b.allowed(),
-                "set {k} request {i} t={t} {key} cost {cost}"
-            );
-            if !a.allowed() {
-                assert_eq!(
-                    a.retry_after(),
-                    b.retry_after(),
-                    "set {k} request {i}: {a:?} vs {b:?}"
-                );
-            }
+            // Every field, the shown ones included: allowed, the violated set, each policy's
+            // remaining, retry_after and reset_after, the aggregate and the binding policy.
+            assert_eq!(a, b, "set {k} request {i} t={t} {key} cost {cost}");
+            let shown = |d: &Decision| -> Vec<(String, bool, u64, Option<u64>, u64)> {
+                d.policies()
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.name().to_owned(),
+                            p.allowed(),
+                            p.remaining(),
+                            p.retry_after().map(turnstile_core::round::ceil_secs),
+                            turnstile_core::round::ceil_secs(p.reset_after()),
+                        )
+                    })
+                    .collect()
+            };
+            assert_eq!(shown(&a), shown(&b), "set {k} request {i}");
         }
         assert!(cached.hits() > 0, "set {k}: the cache was never used");
         cached.inner().delete_prefix().await.unwrap();

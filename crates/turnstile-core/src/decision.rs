@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::few::Few;
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 use crate::quota::Applied;
 
 /// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
@@ -82,6 +82,55 @@ impl PolicyDecision {
     pub fn delay(&self) -> Duration {
         self.delay
     }
+
+    /// For a policy's result on a denied request of `cost` units: how long, with nothing else
+    /// arriving, until this policy's `remaining` could rise or (if it denies) it could admit;
+    /// `None` when neither can happen (the policy is at full capacity). A lower bound where
+    /// the exact moment depends on state a decision does not carry (a sliding log's oldest
+    /// entry, a sliding window's previous count): zero.
+    fn unchanged_for(&self, cost: u64) -> Option<Duration> {
+        let p = &self.policy;
+        let cap = p.capacity();
+        if self.remaining >= cap {
+            return None;
+        }
+        // Every algorithm admits `cost` exactly when `remaining` ≥ `cost`, so when one more
+        // unit is missing, the first rise is the admission itself.
+        if !self.allowed && cost == self.remaining + 1 {
+            return Some(self.retry_after.unwrap_or(Duration::ZERO));
+        }
+        match p.algorithm() {
+            // remaining = B − ceil(D / P) rises when the debt D / L ms (`reset_after`) falls to
+            // (B − r − 1)·P / L ms. Both durations are rounded up to ns: one ns less keeps
+            // the bound below the exact instant.
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
+                let units = u128::from(cap - self.remaining - 1);
+                let rest = ms_ratio(units * u128::from(p.period_ms()), u128::from(p.limit()));
+                Some(
+                    self.reset_after
+                        .saturating_sub(rest.saturating_add(Duration::from_nanos(1))),
+                )
+            }
+            // A count in the current window (remaining < L) ends with the window, when the
+            // key resets.
+            Algorithm::FixedWindow => Some(self.reset_after),
+            Algorithm::SlidingLog | Algorithm::SlidingWindow => Some(Duration::ZERO),
+        }
+    }
+}
+
+/// Who answered a check: the backend itself, or a wrapper in its stead. Only an answer of
+/// the backend is evidence that it works (an incident ends on one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Origin {
+    /// The backend decided (the default).
+    #[default]
+    Backend,
+    /// A deny cache repeated a denial the backend gave earlier (`wrap::DenyCache`).
+    DenyCache,
+    /// A local fallback decided because the backend could not (`wrap::Fallback`).
+    Fallback,
 }
 
 /// The answer to one check of a key against one or more policies.
@@ -91,7 +140,10 @@ impl PolicyDecision {
 /// among the denying policies (`None`, "never", if any says never), the largest `delay`, and
 /// the `remaining` and `reset_after` of the *binding* policy — the one with the smallest
 /// `remaining`, ties broken by the largest `reset_after` (the first such in policy order).
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Two decisions are equal when every field of the answer is; who answered
+/// ([`Decision::origin`]) is not compared.
+#[derive(Clone, Debug)]
 pub struct Decision {
     allowed: bool,
     retry_after: Option<Duration>,
@@ -100,7 +152,22 @@ pub struct Decision {
     policies: Few<PolicyDecision>,
     applied: Applied,
     version: u64,
+    origin: Origin,
 }
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+            && self.retry_after == other.retry_after
+            && self.delay == other.delay
+            && self.binding == other.binding
+            && self.policies == other.policies
+            && self.applied == other.applied
+            && self.version == other.version
+    }
+}
+
+impl Eq for Decision {}
 
 impl Decision {
     /// Aggregates per-policy results (in policy order) as `SEMANTICS.md` says.
@@ -152,6 +219,7 @@ impl Decision {
             policies,
             applied,
             version,
+            origin: Origin::Backend,
         }
     }
 
@@ -167,6 +235,7 @@ impl Decision {
             policies: Few::None,
             applied: Applied::Denied,
             version,
+            origin: Origin::Backend,
         }
     }
 
@@ -182,6 +251,7 @@ impl Decision {
             policies: Few::None,
             applied: Applied::Unlimited,
             version,
+            origin: Origin::Backend,
         }
     }
 
@@ -228,7 +298,66 @@ impl Decision {
                 .collect(),
             applied: self.applied.clone(),
             version: self.version,
+            origin: self.origin,
         }
+    }
+
+    /// For a denial of a request of `cost` units: how long the same request, with nothing
+    /// else reaching the key, keeps getting this decision aged by the time passed. For every
+    /// `d` below the returned duration the decision at `d` later equals
+    /// [`self.elapsed_by(d)`](Decision::elapsed_by) field for field: the same violated
+    /// policies, the same `remaining` everywhere, every duration shortened by `d`.
+    ///
+    /// It ends no later than the first moment a field could change otherwise: when the first
+    /// violated policy could admit (its `retry_after`), or when any policy's `remaining` could
+    /// rise (a bucket refilling a whole unit, a fixed window ending). Where that moment
+    /// depends on state a decision does not carry — a sliding log's oldest entry, a sliding
+    /// window's previous count — it is taken as now, unless the policy misses exactly one
+    /// unit, in which case its first rise is its admission. At least 1 ns for a denial (the
+    /// same instant always gets the same answer); `Duration::MAX` when nothing can change;
+    /// zero for an admitted decision, which changed the state.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile_core::{Backend, MemoryBackend, Policy};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let b = MemoryBackend::new();
+    /// // A = 2 per 60 s, B = 1 per 1 s: at 1100 ms both deny; B admits again at 2000 ms.
+    /// let ps = [
+    ///     "token-bucket:limit=2,period=60s,name=A".parse::<Policy>()?,
+    ///     "token-bucket:limit=1,period=1s,name=B".parse()?,
+    /// ];
+    /// for t in [0, 1000] {
+    ///     assert!(b.check_at("k", &ps, 1, t).into_inner()?.allowed());
+    /// }
+    /// let denied = b.check_at("k", &ps, 1, 1100).into_inner()?;
+    /// assert_eq!(denied.violated().count(), 2);
+    /// assert_eq!(denied.unchanged_for(1), Duration::from_millis(900));
+    /// # Ok(()) }
+    /// ```
+    pub fn unchanged_for(&self, cost: u64) -> Duration {
+        if self.allowed {
+            return Duration::ZERO;
+        }
+        self.policies
+            .as_slice()
+            .iter()
+            .filter_map(|p| p.unchanged_for(cost))
+            .min()
+            .map_or(Duration::MAX, |d| d.max(Duration::from_nanos(1)))
+    }
+
+    /// Who answered: the backend, or a wrapper in its stead ([`Origin`]).
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// The same decision, answered by `origin` (for wrappers that answer in a backend's
+    /// stead).
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
     }
 
     /// Which configuration decided: the default policies, the key's override, its tier, or

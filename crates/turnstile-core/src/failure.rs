@@ -16,7 +16,10 @@ use crate::backend::BackendError;
 /// Under `Local`, a failure of the fallback itself (its own key cap) is handled as `Open`.
 /// The local fallback (`wrap::Fallback`) limits each process on its
 /// own: a fleet of N processes admits up to N times the limit while the backend is away.
-/// Every incident is logged once when it starts and once when it ends.
+/// Every incident is logged once when it starts and once when it ends (an answer from a
+/// deny cache or a fallback, or a reply in flight from before the incident, ends none); one
+/// key's unreadable state starts no incident and is logged at most once per key per minute
+/// (`wrap::IncidentLog`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FailurePolicy {

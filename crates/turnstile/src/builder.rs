@@ -468,6 +468,12 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     if !rule.exempt && rule.policies.is_empty() {
         return Err(InvalidLayer::RuleWithoutPolicies(label));
     }
+    if let Some(reason) = rule.matches_nothing() {
+        return Err(InvalidLayer::RuleMatchesNothing {
+            rule: label,
+            reason,
+        });
+    }
     let policies = naming::name_policies(derive_names.then_some(label.as_str()), &rule.policies)?;
     let max_leaky_delay = policies
         .iter()
@@ -545,6 +551,35 @@ mod tests {
     fn invalid_configurations_are_refused() {
         let err = |b: RateLimitLayerBuilder| b.build().unwrap_err();
         assert_eq!(err(RateLimitLayer::builder()), InvalidLayer::NoPolicies);
+        // A gRPC rule whose path no call of its service has: it would never match.
+        let one = "gcra:limit=1,period=1s".parse::<Policy>().unwrap();
+        assert_eq!(
+            err(RateLimitLayer::builder().rule(
+                Rule::new()
+                    .grpc_service("a.B")
+                    .path("/")
+                    .policy(one.clone())
+            )),
+            InvalidLayer::RuleMatchesNothing {
+                rule: "/ grpc a.B/*".to_owned(),
+                reason: "path \"/\" is not a path /a.B/<method> of its gRPC calls".to_owned(),
+            }
+        );
+        assert!(matches!(
+            err(RateLimitLayer::builder()
+                .policy(one.clone())
+                .rule(Rule::new().grpc_service("a.B").path_prefix("/api").exempt())),
+            InvalidLayer::RuleMatchesNothing { .. }
+        ));
+        assert!(RateLimitLayer::builder()
+            .rule(
+                Rule::new()
+                    .grpc_service("a.B")
+                    .path_prefix("/a.B")
+                    .policy(one)
+            )
+            .build()
+            .is_ok());
         assert_eq!(
             err(RateLimitLayer::builder().rule(Rule::new().path("/x").exempt())),
             InvalidLayer::NoPolicies

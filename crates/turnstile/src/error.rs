@@ -23,6 +23,16 @@ pub enum InvalidLayer {
     /// The name derived for a rule's policy (`<rule label> <parameters>`) is not a valid
     /// policy name (too long, or holds `"` or `\`); name the rule or the policy.
     InvalidPolicyName(String),
+    /// No request can match a rule: its gRPC condition allows only paths
+    /// `/<service>/<method>` (gRPC over HTTP/2, the "Path" of a call) and its `path` or
+    /// `path_prefix` none of them — `path("/")` with `grpc_service("a.B")` — or a service or
+    /// method name is empty or holds `/`.
+    RuleMatchesNothing {
+        /// The rule's label (its name, else its conditions).
+        rule: String,
+        /// Why nothing can match.
+        reason: String,
+    },
     /// A tier was invalid: a bad or repeated tier name, no policies, or two of its policies
     /// share a name.
     Tier(LimitsError),
@@ -46,6 +56,9 @@ impl fmt::Display for InvalidLayer {
                 write!(f, "rule {r:?} has no policy and is not exempt")
             }
             InvalidLayer::Tier(e) => write!(f, "invalid tier: {e}"),
+            InvalidLayer::RuleMatchesNothing { rule, reason } => {
+                write!(f, "no request can match rule {rule:?}: {reason}")
+            }
             InvalidLayer::ExemptRuleWithPolicies(r) => {
                 write!(f, "rule {r:?} is exempt but also has policies")
             }

@@ -13,7 +13,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 use tracing::Span;
-use turnstile_core::wrap::FallbackFuture;
+use turnstile_core::wrap::{FallbackFuture, Ticket};
 use turnstile_core::{Backend, Decision, SystemClock};
 
 use crate::action::Action;
@@ -32,6 +32,12 @@ pin_project! {
     /// waits if the action or a leaky bucket says so, then calls the inner service — or
     /// answers the denial itself.
     ///
+    /// A request that must wait (a leaky bucket's delay, an [`Action::Delay`] re-check)
+    /// releases the readiness it reserved from the inner service when its wait starts (it
+    /// drops the service `poll_ready` readied and keeps an unreserved clone), and drives the
+    /// clone's `poll_ready` again when its wait ends, before calling it: waiting holds no
+    /// capacity of the inner service (a `ConcurrencyLimit` permit, a buffer slot).
+    ///
     /// # Cancellation
     /// Dropping the future leaves the limiter consistent: each check is atomic in the
     /// backend, so it either consumed quota or not, and a denied check consumes nothing (so
@@ -47,8 +53,11 @@ pin_project! {
         #[pin]
         state: State<FallbackFuture<B::Future, SystemClock>, S::Future>,
         config: Arc<Config<B, K>>,
-        // The ready inner service and the request, until the inner service is called.
+        // The inner service and the request, until the inner service is called.
         inner: Option<S>,
+        // Whether `inner` holds the readiness `poll_ready` reserved (else it must be driven
+        // to readiness again before the call).
+        reserved: bool,
         req: Option<R>,
         key: String,
         rule: usize,
@@ -63,6 +72,8 @@ pin_project! {
         started: Option<std::time::Instant>,
         // Whether Action::Delay held the request for a re-check.
         waited: bool,
+        // When the current check was sent, as far as backend incidents go.
+        ticket: Ticket,
     }
 }
 
@@ -123,6 +134,7 @@ where
             state: State::Admitted { headers: None },
             config: Arc::clone(&config),
             inner: Some(inner),
+            reserved: true,
             req: None,
             key: String::new(),
             rule: 0,
@@ -133,6 +145,7 @@ where
             span: Span::none(),
             started: None,
             waited: false,
+            ticket: config.ticket(),
         };
         // Exempt rules and requests no rule matches pass unchecked, without headers.
         let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
@@ -178,6 +191,7 @@ where
         };
         fut.span = check_span(settings, rule, &key, fut.cost);
         fut.started = measure(&fut.span);
+        fut.ticket = config.ticket();
         let check = config.backend.check_limits(&key, limits, fut.cost, None);
         fut.state = State::Checking { check };
         fut.rule = rule_index;
@@ -194,10 +208,22 @@ fn call<S: Service<R>, R>(inner: &mut Option<S>, req: &mut Option<R>) -> Option<
     Some(inner.call(req))
 }
 
+/// Releases the readiness the inner service reserved, before a wait: the readied service is
+/// dropped (for `ConcurrencyLimit`, its permit goes back) and an unreserved clone kept.
+fn release<S: Clone>(inner: &mut Option<S>, reserved: &mut bool) {
+    if std::mem::take(reserved) {
+        if let Some(ready) = inner.take() {
+            let unreserved = ready.clone();
+            drop(ready);
+            *inner = Some(unreserved);
+        }
+    }
+}
+
 impl<B, K, S, ReqBody, ResBody> Future for ResponseFuture<B, K, S, Request<ReqBody>>
 where
     B: Backend,
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
@@ -224,9 +250,9 @@ where
                     // The check's span closes at the end of this step.
                     let span = std::mem::replace(this.span, Span::none());
                     match &result {
-                        Ok(_) => config.backend_ok(),
+                        Ok(decision) => config.backend_ok(decision, *this.ticket),
                         Err(e) => {
-                            config.backend_failed(e);
+                            config.backend_failed(e, this.key, *this.ticket);
                             crate::metrics::backend_error(e.kind());
                             if !span.is_disabled() {
                                 span.record("outcome", "backend_error");
@@ -256,10 +282,13 @@ where
                             let headers = headers.then_some(decision);
                             match at {
                                 None => State::Admitted { headers },
-                                Some(at) => State::Delaying {
-                                    sleep: tokio::time::sleep_until(at),
-                                    headers,
-                                },
+                                Some(at) => {
+                                    release(this.inner, this.reserved);
+                                    State::Delaying {
+                                        sleep: tokio::time::sleep_until(at),
+                                        headers,
+                                    }
+                                }
                             }
                         }
                         Step::ShadowCall { decision } => {
@@ -278,6 +307,7 @@ where
                         Step::Recheck { at, decision } => {
                             *this.waited = true;
                             finish_span(&span, "waiting", &decision);
+                            release(this.inner, this.reserved);
                             State::Waiting {
                                 sleep: tokio::time::sleep_until(at),
                             }
@@ -312,6 +342,7 @@ where
                         Some(limits) => {
                             *this.span = check_span(settings, rule, this.key, *this.cost);
                             *this.started = measure(this.span);
+                            *this.ticket = config.ticket();
                             let check = config
                                 .backend
                                 .check_limits(this.key, limits, *this.cost, None);
@@ -327,6 +358,16 @@ where
                     this.state.set(State::Admitted { headers });
                 }
                 StateProj::Admitted { headers } => {
+                    // After a wait: acquire the inner service's readiness again.
+                    if !*this.reserved {
+                        if let Some(inner) = this.inner.as_mut() {
+                            if let Err(e) = ready!(inner.poll_ready(cx)) {
+                                this.state.set(State::Done);
+                                return Poll::Ready(Err(e));
+                            }
+                        }
+                        *this.reserved = true;
+                    }
                     let headers = headers.take();
                     match call(this.inner, this.req) {
                         Some(fut) => this.state.set(State::Calling { fut, headers }),

@@ -241,4 +241,36 @@ mod tests {
         );
         assert_eq!(h[RATELIMIT_POLICY], "\"outer\";q=100");
     }
+
+    #[tokio::test]
+    async fn deny_cache_reported_a_refilled_policy_as_violated() {
+        // Two token buckets on one key, A = 2 per 60 s and B = 1 per 1 s; requests at 0, 100,
+        // 1000, 1100 and 2050 ms. At 2050 ms B has refilled: the headers of the in-memory
+        // backend and of the deny cache in front of it must be the same.
+        use turnstile_core::wrap::DenyCache;
+        use turnstile_core::{Backend, MemoryBackend};
+        let ps: Vec<Policy> = [
+            "token-bucket:limit=2,period=60s,name=A",
+            "token-bucket:limit=1,period=1s,name=B",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        let plain = MemoryBackend::new();
+        let cached = DenyCache::new(MemoryBackend::new());
+        let (mut a, mut b) = (None, None);
+        for t in [0, 100, 1000, 1100, 2050] {
+            a = Some(cached.check_at("k", &ps, 1, t).await.unwrap());
+            b = Some(plain.check_at("k", &ps, 1, t).await.unwrap());
+        }
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(ratelimit_value(&b), "\"A\";r=0;t=28, \"B\";r=1;t=0");
+        assert_eq!(ratelimit_value(&a), ratelimit_value(&b));
+        let violated: Vec<&str> = a.violated().map(|p| p.name()).collect();
+        assert_eq!(violated, ["A"]);
+        // Within the 1100 ms denial's life the cache answers, with the same header.
+        let again = cached.check_at("k", &ps, 1, 2050).await.unwrap();
+        assert_eq!(cached.hits(), 1);
+        assert_eq!(ratelimit_value(&again), ratelimit_value(&b));
+    }
 }

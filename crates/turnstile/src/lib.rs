@@ -106,6 +106,6 @@ pub use tier::RequestTier;
 pub use turnstile_core::wrap;
 pub use turnstile_core::{
     Algorithm, Applied, Backend, BackendError, Clock, Decision, FailurePolicy, InvalidPolicy,
-    KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas, SystemClock,
-    Unconfigured,
+    KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas,
+    SpawnSweeperError, SystemClock, Unconfigured,
 };

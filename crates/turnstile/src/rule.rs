@@ -234,6 +234,37 @@ impl Rule {
         true
     }
 
+    /// Why no request can match the rule, if none can: its gRPC condition allows only paths
+    /// `/<service>/<method>`, and its path condition (`path`, `path_prefix`) none of them,
+    /// or a service or method name can be in no path at all (empty, or holding `/`).
+    pub(crate) fn matches_nothing(&self) -> Option<String> {
+        let (service, method) = self.grpc.as_ref()?;
+        let target = match method {
+            Some(m) => format!("/{service}/{m}"),
+            None => format!("/{service}/<method>"),
+        };
+        let valid = |s: &str| !s.is_empty() && !s.contains('/');
+        if !valid(service) || method.as_deref().is_some_and(|m| !valid(m)) {
+            return Some(format!(
+                "a gRPC service or method name is empty or holds `/`, so no request path is {target}"
+            ));
+        }
+        let grpc = |p: &str| matches!(grpc_path(p), Some((s, m)) if s == service && method.as_deref().is_none_or(|x| x == m));
+        match &self.path {
+            Some(PathMatch::Exact(p)) if !grpc(p) => Some(format!(
+                "path {p:?} is not a path {target} of its gRPC calls"
+            )),
+            Some(PathMatch::Prefix(p))
+                if !(p.is_empty() || p == "/" || *p == format!("/{service}") || grpc(p)) =>
+            {
+                Some(format!(
+                    "no path {target} of its gRPC calls lies under path_prefix {p:?}"
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// The label unnamed policies are named after: the rule's name, else its conditions,
     /// e.g. `POST /login`, `GET,HEAD /api/*`, `grpc helloworld.Greeter/SayHello`, `*`.
     pub(crate) fn label(&self) -> String {
@@ -389,6 +420,50 @@ mod tests {
         *r.method_mut() = Method::GET;
         assert!(!pre.matches(&RequestRef::new(&r)));
         assert_eq!(pre.label(), "preflight");
+    }
+
+    #[test]
+    fn a_grpc_rule_whose_path_no_grpc_call_has_matches_nothing() {
+        // `path = "/"` with `grpc_service = "a.B"` was accepted, and never matched.
+        let never = [
+            Rule::new().grpc_service("a.B").path("/"),
+            Rule::new().grpc_service("a.B").path("/a.B"),
+            Rule::new().grpc_service("a.B").path("/a.C/M"),
+            Rule::new().grpc_method("a.B", "M").path("/a.B/N"),
+            Rule::new().grpc_service("a.B").path_prefix("/api"),
+            Rule::new().grpc_service("a.B").path_prefix("/a"),
+            Rule::new().grpc_method("a.B", "M").path_prefix("/a.B/N"),
+            Rule::new().grpc_service(""),
+            Rule::new().grpc_service("a/B"),
+            Rule::new().grpc_method("a.B", ""),
+            Rule::new().grpc_method("a.B", "M/N"),
+        ];
+        for r in &never {
+            assert!(r.matches_nothing().is_some(), "{r:?}");
+        }
+        let some = [
+            Rule::new().grpc_service("a.B"),
+            Rule::new().grpc_service("a.B").path("/a.B/M"),
+            Rule::new().grpc_method("a.B", "M").path("/a.B/M"),
+            Rule::new().grpc_service("a.B").path_prefix("/"),
+            Rule::new().grpc_service("a.B").path_prefix("/a.B"),
+            Rule::new().grpc_service("a.B").path_prefix("/a.B/"),
+            Rule::new().grpc_method("a.B", "M").path_prefix("/a.B/M"),
+            Rule::new().path("/"),
+            Rule::new().path_prefix("/api"),
+        ];
+        for r in &some {
+            assert_eq!(r.matches_nothing(), None, "{r:?}");
+        }
+        // Each rule that can match does, on the path of a call it names.
+        let call = req(Method::POST, "/a.B/M");
+        for r in &some[..7] {
+            assert!(r.matches(&RequestRef::new(&call)), "{r:?}");
+        }
+        assert_eq!(
+            Rule::new().grpc_service("a.B").path("/").matches_nothing(),
+            Some("path \"/\" is not a path /a.B/<method> of its gRPC calls".to_owned())
+        );
     }
 
     #[test]

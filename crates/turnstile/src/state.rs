@@ -3,12 +3,13 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
-use turnstile_core::wrap::{Fallback, Share, DEFAULT_FALLBACK_MAX_KEYS};
-use turnstile_core::{BackendError, FailurePolicy, MemoryBackend};
+use turnstile_core::wrap::{Fallback, IncidentLog, Share, Ticket, DEFAULT_FALLBACK_MAX_KEYS};
+use turnstile_core::{BackendError, Clock, Decision, FailurePolicy, MemoryBackend, Origin};
 
 use crate::action::Action;
 use crate::key::{KeyError, KeyLogging, MissingKey, RequestRef};
@@ -55,7 +56,8 @@ pub(crate) struct Settings {
 /// Counters and once-per-incident log flags, shared by every service of one layer.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    incident: AtomicBool,
+    /// Backend incidents (errors that reached the layer) and keys with bad state.
+    incidents: IncidentLog,
     warned_key: AtomicBool,
     warned_tier: AtomicBool,
     shadow_denied: AtomicU64,
@@ -79,18 +81,30 @@ impl Settings {
 }
 
 impl<B, K> Config<B, K> {
-    /// Notes an error that reached the layer: one warning per incident.
-    pub(crate) fn backend_failed(&self, e: &BackendError) {
-        if !self.stats.incident.swap(true, Ordering::Relaxed) {
+    /// The ticket of a check sent now (see [`IncidentLog`]).
+    pub(crate) fn ticket(&self) -> Ticket {
+        self.stats.incidents.ticket()
+    }
+
+    /// Notes an error that reached the layer for a check of `key` sent with `sent`: one
+    /// warning per incident; one key's unreadable state is logged at most once per key per
+    /// minute, and starts no incident.
+    pub(crate) fn backend_failed(&self, e: &BackendError, key: &str, sent: Ticket) {
+        if matches!(e, BackendError::InvalidState(_)) {
+            let now_ms = self.backend.local().clock().now_ms();
+            if self.stats.incidents.bad_key(key, now_ms) {
+                tracing::warn!(error = %e, key = %self.settings.key_logging.display(key), failure_policy = %self.settings.failure, "rate-limit backend cannot read this key's state; applying the failure policy to it");
+            }
+        } else if self.stats.incidents.failed(sent) {
             tracing::warn!(error = %e, kind = e.kind(), failure_policy = %self.settings.failure, "rate-limit backend failed; applying the failure policy until it recovers");
         }
     }
 
-    /// Notes a decision: ends an incident, with one line.
-    pub(crate) fn backend_ok(&self) {
-        if self.stats.incident.load(Ordering::Relaxed)
-            && self.stats.incident.swap(false, Ordering::Relaxed)
-        {
+    /// Notes a decision for a check sent with `sent`: the backend's own answer to a check
+    /// sent during an incident ends it, with one line (a deny cache's or a fallback's
+    /// answer, or a reply in flight from before, does not).
+    pub(crate) fn backend_ok(&self, decision: &Decision, sent: Ticket) {
+        if decision.origin() == Origin::Backend && self.stats.incidents.answered(sent) {
             tracing::info!("rate-limit backend recovered");
         }
     }

@@ -215,6 +215,14 @@ fn broken_files_say_what_and_where() {
             "[backend]\nurl = \"http://x\"\n",
             "turnstile.toml:2:7: backend.url: \"http://x\" is not a Redis URL",
         ),
+        (
+            "[[rules]]\npath = \"/\"\ngrpc_service = \"a.B\"\npolicies = [\"gcra:limit=5,period=1s\"]\n",
+            "turnstile.toml:1:1: rules[0]: no request can match this rule: path \"/\" is not a path /a.B/<method> of its gRPC calls",
+        ),
+        (
+            "[[rules]]\npath_prefix = \"/api\"\ngrpc_method = \"a.B/M\"\nexempt = true\n",
+            "turnstile.toml:1:1: rules[0]: no request can match this rule: no path /a.B/M of its gRPC calls lies under path_prefix \"/api\"",
+        ),
         ("key = \"ip\"\n", "turnstile.toml: no policy applies to any request"),
         (
             "policies = [\"gcra:limit=5,period=1s\"]\ntier_header = \"x-plan\"\n",

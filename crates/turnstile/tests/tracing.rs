@@ -331,3 +331,227 @@ async fn a_server_without_connect_info_logs_the_fix_once() {
         assert_eq!(errors[0]["kind"], "missing_peer_addr");
     }
 }
+
+/// Opens once: the checks held behind it answer then.
+#[derive(Default)]
+struct Gate {
+    open: std::sync::atomic::AtomicBool,
+    wakers: Mutex<Vec<std::task::Waker>>,
+}
+
+impl Gate {
+    fn release(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        for w in self.wakers.lock().unwrap().drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// A remote-looking backend over memory: down (connection refused) while `down` is set;
+/// keys in `bad` have unreadable state; while `hold` is set, checks are decided at once but
+/// their replies stay in flight until `gate` opens.
+#[derive(Clone, Default)]
+struct Scripted {
+    memory: turnstile::MemoryBackend,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    bad: Arc<Mutex<Vec<String>>>,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+    gate: Arc<Gate>,
+}
+
+type CheckResult = Result<turnstile::Decision, turnstile::BackendError>;
+
+impl turnstile::Backend for Scripted {
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = CheckResult> + Send>>;
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &turnstile::Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        use std::sync::atomic::Ordering::SeqCst;
+        let result = if self.down.load(SeqCst) {
+            Err(turnstile::BackendError::Connection(
+                "connection refused".into(),
+            ))
+        } else if self.bad.lock().unwrap().iter().any(|b| b == key) {
+            Err(turnstile::BackendError::InvalidState(
+                "unreadable state".into(),
+            ))
+        } else {
+            self.memory
+                .check_limits(key, limits, cost, now_ms)
+                .into_inner()
+        };
+        if !self.hold.load(SeqCst) {
+            return Box::pin(std::future::ready(result));
+        }
+        let gate = Arc::clone(&self.gate);
+        Box::pin(async move {
+            std::future::poll_fn(|cx| {
+                if gate.open.load(SeqCst) {
+                    return std::task::Poll::Ready(());
+                }
+                gate.wakers.lock().unwrap().push(cx.waker().clone());
+                std::task::Poll::Pending
+            })
+            .await;
+            result
+        })
+    }
+}
+
+/// The events at `level` (their messages and fields).
+fn events_at(capture: &Capture, level: &str) -> Vec<Fields> {
+    capture
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, f)| f["level"] == level)
+        .map(|(_, f)| f.clone())
+        .collect()
+}
+
+fn messages(events: &[Fields]) -> Vec<String> {
+    events
+        .iter()
+        .map(|f| f.get("message").cloned().unwrap_or_default())
+        .collect()
+}
+
+/// Sends one request from `peer` through `svc` and waits for its answer.
+async fn one<S>(svc: &mut S, peer: &str)
+where
+    S: tower::Service<Request<()>>,
+    S::Error: fmt::Debug,
+{
+    let _ = svc.ready().await.unwrap().call(request(peer)).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_reply_in_flight_and_answers_from_the_deny_cache_neither_end_an_incident() {
+    // Within one incident the layer used to log up to 24 "failed"/"recovered" pairs: a
+    // reply sent before the incident arriving during it, and every answer from the deny
+    // cache, counted as the backend's recovery.
+    use std::sync::atomic::Ordering::SeqCst;
+    use turnstile::wrap::DenyCache;
+    use turnstile::FailurePolicy;
+    for failure in FailurePolicy::ALL {
+        let backend = Scripted::default();
+        let cached = DenyCache::with_max(backend.clone(), std::time::Duration::from_secs(3600));
+        let layer = RateLimitLayer::builder()
+            .policy(
+                "token-bucket:limit=1,period=1h,name=per-ip"
+                    .parse()
+                    .unwrap(),
+            )
+            .backend(cached.clone())
+            .on_backend_failure(failure)
+            .build()
+            .unwrap();
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut svc = layer.layer(tower::service_fn(|_r: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        // A client uses its one unit; its next request is denied, and the denial cached.
+        one(&mut svc, "192.0.2.1:1").await;
+        one(&mut svc, "192.0.2.1:1").await;
+        // A check sent while the backend is healthy, its reply still in flight.
+        backend.hold.store(true, SeqCst);
+        let mut early = svc.clone();
+        let in_flight = tokio::spawn(async move { one(&mut early, "192.0.2.9:1").await });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!in_flight.is_finished());
+        backend.hold.store(false, SeqCst);
+        // The backend goes down: the incident starts.
+        backend.down.store(true, SeqCst);
+        one(&mut svc, "192.0.2.2:1").await;
+        // The reply in flight arrives; the deny cache answers the denied client; more
+        // failures follow: all within the one incident.
+        backend.gate.release();
+        in_flight.await.unwrap();
+        for _ in 0..5 {
+            one(&mut svc, "192.0.2.1:1").await;
+            one(&mut svc, "192.0.2.2:1").await;
+        }
+        assert_eq!(cached.hits(), 5, "{failure}");
+        // Back: the first answer of the backend itself ends the incident.
+        backend.down.store(false, SeqCst);
+        for _ in 0..3 {
+            one(&mut svc, "192.0.2.3:1").await;
+        }
+        let warn = messages(&events_at(&capture, "WARN"));
+        let info = messages(&events_at(&capture, "INFO"));
+        assert_eq!(warn.len(), 1, "{failure}: {warn:?}");
+        assert_eq!(info.len(), 1, "{failure}: {info:?}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_bad_key_is_logged_once_and_never_opens_an_incident() {
+    // One corrupted key among good ones produced 703 lines in 10 s: its state error was
+    // reported as a backend-wide incident, closed by the next good key.
+    use turnstile::FailurePolicy;
+    for failure in FailurePolicy::ALL {
+        let backend = Scripted::default();
+        backend
+            .bad
+            .lock()
+            .unwrap()
+            .extend(["192.0.2.66".to_owned(), "192.0.2.77".to_owned()]);
+        let layer = RateLimitLayer::builder()
+            .policy(
+                "fixed-window:limit=1000,period=1h,name=per-ip"
+                    .parse()
+                    .unwrap(),
+            )
+            .backend(backend.clone())
+            .on_backend_failure(failure)
+            .build()
+            .unwrap();
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut svc = layer.layer(tower::service_fn(|_r: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        for _ in 0..50 {
+            one(&mut svc, "192.0.2.66:1").await;
+            one(&mut svc, "192.0.2.1:1").await;
+            one(&mut svc, "192.0.2.77:1").await;
+            one(&mut svc, "192.0.2.2:1").await;
+        }
+        let warn = events_at(&capture, "WARN");
+        let info = messages(&events_at(&capture, "INFO"));
+        assert!(info.is_empty(), "{failure}: {info:?}");
+        assert_eq!(warn.len(), 2, "{failure}: {:?}", messages(&warn));
+        // One line per bad key, the key hashed as the layer's default shows it.
+        let mut keys: Vec<String> = warn
+            .iter()
+            .map(|f| {
+                f.get("key")
+                    .or(f.get("key_hash"))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        keys.sort();
+        let mut want = vec![
+            format!("{:016x}", KeyLogging::hash("192.0.2.66")),
+            format!("{:016x}", KeyLogging::hash("192.0.2.77")),
+        ];
+        want.sort();
+        assert_eq!(keys, want, "{failure}");
+        for m in messages(&warn) {
+            assert!(m.contains("this key's state"), "{failure}: {m}");
+        }
+    }
+}

@@ -1,6 +1,11 @@
 //! The in-memory backend: state for one process, shared by every clone.
 
 mod quotas;
+mod sweep;
+
+use sweep::Now;
+#[cfg(feature = "tokio")]
+pub use sweep::SpawnSweeperError;
 
 use std::fmt;
 use std::future::{ready, Ready};
@@ -40,9 +45,16 @@ const SWEEP_AT_CAP: usize = 8;
 ///
 /// # Memory
 /// A key's state is dropped once its `reset_after` has passed: every check also inspects
-/// two other entries of its shard, round-robin, and drops those that have expired, so idle
-/// keys are reclaimed without a background task and without scanning everything on the hot
-/// path. A key with one bucket or window policy costs about 230 heap bytes with a 12-byte key
+/// two other entries of its shard, and every fourth check of a thread eight entries of
+/// another shard, round-robin over all shards, and drops those that have expired; so idle
+/// keys are reclaimed while any traffic flows, without scanning everything on the hot path.
+/// Where no traffic may come, [`MemoryBackend::spawn_sweeper`] (feature `tokio`) drops
+/// them on a timer. A shard's map gives its memory back once it is mostly empty (at most a
+/// quarter full, it shrinks to twice its keys). Keys checked at explicit times
+/// ([`Backend::check_at`]: simulations) are only ever swept by checks at explicit times,
+/// never by the clock.
+///
+/// A key with one bucket or window policy costs about 245 heap bytes with a 12-byte key
 /// such as an IPv4 address, the map's spare capacity included (measured by the
 /// `bytes_per_key` test: 20,000 keys); a sliding-log policy about 100 more for its log, then
 /// 16 bytes per further distinct millisecond logged (at most min(limit, period in ms)
@@ -114,6 +126,9 @@ struct Entry {
     config: Option<Box<KeyConfig>>,
     /// Until when a version without other configuration is kept.
     version_until_ms: u64,
+    /// Whether the key was last written at an explicit time (a simulation): then only checks
+    /// at explicit times sweep it, never the clock.
+    explicit: bool,
 }
 
 struct Slot {
@@ -254,30 +269,17 @@ impl<C> MemoryBackend<C> {
         self.len() == 0
     }
 
-    /// Drops every key whose state has expired at `now_ms`, scanning every shard. Checks do
-    /// this incrementally on their own; call this only to reclaim memory at once (tests,
-    /// maintenance). Returns how many keys were dropped.
+    /// Drops every key whose state has expired at `now_ms` (whichever time base it was
+    /// checked on), scanning every shard, and gives the maps' spare memory back. Checks do
+    /// this incrementally on their own, and [`MemoryBackend::spawn_sweeper`] on a timer;
+    /// call this only to reclaim memory at once (tests, maintenance). Returns how many keys
+    /// were dropped.
     pub fn purge_expired(&self, now_ms: u64) -> usize {
-        let mut dropped = 0;
-        for shard in self.inner.shards.iter() {
-            let mut shard = lock(shard);
-            let before = shard.map.len();
-            shard.map.retain(|_, e| e.expires_ms > now_ms);
-            dropped += before - shard.map.len();
-        }
-        self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
-        keys_gauge(-(dropped as f64));
-        dropped
+        self.sweep_all(|e| e.expires_ms <= now_ms)
     }
 
-    /// A check of `policies` (the defaults, no tiers) at `now_ms`.
-    fn check_policies(
-        &self,
-        key: &str,
-        policies: &[Policy],
-        cost: u64,
-        now_ms: u64,
-    ) -> CheckResult {
+    /// A check of `policies` (the defaults, no tiers) at `now`.
+    fn check_policies(&self, key: &str, policies: &[Policy], cost: u64, now: Now) -> CheckResult {
         validate_policy_set(policies).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
         self.check_inner(
             key,
@@ -285,7 +287,7 @@ impl<C> MemoryBackend<C> {
             &Limits::NO_TIERS,
             Unconfigured::Defaults,
             cost,
-            now_ms,
+            now,
         )
     }
 
@@ -297,10 +299,12 @@ impl<C> MemoryBackend<C> {
         tiers: &[Tier],
         unconfigured: Unconfigured,
         cost: u64,
-        now_ms: u64,
+        now: Now,
     ) -> Result<Decision, BackendError> {
+        self.sweep_elsewhere(now);
+        let now_ms = now.ms;
         let mut shard = self.shard(key);
-        self.sweep(&mut shard, now_ms, SWEEP_PER_CHECK);
+        self.sweep(&mut shard, now, SWEEP_PER_CHECK);
 
         let index = shard.map.get_index_of(key);
         let entry = index.map(|i| &shard.map[i]);
@@ -359,7 +363,8 @@ impl<C> MemoryBackend<C> {
             ));
         }
 
-        let entry = self.entry_at(&mut shard, index, key, now_ms)?;
+        let entry = self.entry_at(&mut shard, index, key, now)?;
+        entry.explicit = now.explicit;
         let mut carried = carried.into_iter();
         let decisions: Few<PolicyDecision> = policies
             .iter()
@@ -400,10 +405,10 @@ impl<C> MemoryBackend<C> {
         &self,
         shard: &'s mut Shard,
         key: &str,
-        now_ms: u64,
+        now: Now,
     ) -> Result<&'s mut Entry, BackendError> {
         let index = shard.map.get_index_of(key);
-        self.entry_at(shard, index, key, now_ms)
+        self.entry_at(shard, index, key, now)
     }
 
     /// The entry at `index` (as `get_index_of` found it), or a new one for `key` (within the
@@ -413,18 +418,19 @@ impl<C> MemoryBackend<C> {
         shard: &'s mut Shard,
         index: Option<usize>,
         key: &str,
-        now_ms: u64,
+        now: Now,
     ) -> Result<&'s mut Entry, BackendError> {
         let index = match index {
             Some(i) => i,
             None => {
-                self.reserve_key(shard, now_ms)?;
+                self.reserve_key(shard, now)?;
                 // The sweep in `reserve_key` may move entries, but `key` is not among them.
                 let entry = Entry {
                     expires_ms: 0,
                     slots: Vec::new(),
                     config: None,
                     version_until_ms: 0,
+                    explicit: now.explicit,
                 };
                 shard.map.insert_full(Box::from(key), entry).0
             }
@@ -433,8 +439,8 @@ impl<C> MemoryBackend<C> {
     }
 
     /// Looks at up to `n` entries of `shard` for expiry, dropping expired ones.
-    fn sweep(&self, shard: &mut Shard, now_ms: u64, n: usize) {
-        let dropped = shard.sweep(now_ms, n);
+    fn sweep(&self, shard: &mut Shard, now: Now, n: usize) {
+        let dropped = shard.sweep(now, n);
         if dropped > 0 {
             self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
             keys_gauge(-(dropped as f64));
@@ -442,7 +448,7 @@ impl<C> MemoryBackend<C> {
     }
 
     /// Reserves room for one more key, dropping the shard's expired keys first when at the cap.
-    fn reserve_key(&self, shard: &mut Shard, now_ms: u64) -> Result<(), BackendError> {
+    fn reserve_key(&self, shard: &mut Shard, now: Now) -> Result<(), BackendError> {
         let keys = &self.inner.keys;
         keys_gauge(1.0);
         let Some(max) = self.inner.max_keys else {
@@ -461,10 +467,10 @@ impl<C> MemoryBackend<C> {
         // At the cap: drop every expired key of this shard, and a few of every other shard
         // that is free right now (never waiting on another lock while holding this one).
         let len = shard.map.len();
-        self.sweep(shard, now_ms, len);
+        self.sweep(shard, now, len);
         for other in self.inner.shards.iter() {
             if let Ok(mut other) = other.try_lock() {
-                self.sweep(&mut other, now_ms, SWEEP_AT_CAP);
+                self.sweep(&mut other, now, SWEEP_AT_CAP);
             }
         }
         if reserve() {
@@ -480,6 +486,17 @@ impl<C: Clock> MemoryBackend<C> {
     pub fn clock(&self) -> &C {
         &self.inner.clock
     }
+
+    /// The time of a check: `now_ms` when given (explicit), else the clock's.
+    fn now(&self, now_ms: Option<u64>) -> Now {
+        match now_ms {
+            Some(ms) => Now::explicit(ms),
+            None => Now {
+                ms: self.inner.clock.now_ms(),
+                explicit: false,
+            },
+        }
+    }
 }
 
 impl<C: Clock> Backend for MemoryBackend<C> {
@@ -492,20 +509,19 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Self::Future {
-        let now = now_ms.unwrap_or_else(|| self.inner.clock.now_ms());
         ready(self.check_inner(
             key,
             limits.defaults(),
             limits.tier_slice(),
             limits.unconfigured(),
             cost,
-            now,
+            self.now(now_ms),
         ))
     }
 
     /// Checks `policies` without building a [`Limits`] (no allocation).
     fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Checked<Self::Future> {
-        Checked::ready(self.check_policies(key, policies, cost, self.inner.clock.now_ms()))
+        Checked::ready(self.check_policies(key, policies, cost, self.now(None)))
     }
 
     /// Checks `policies` without building a [`Limits`] (no allocation).
@@ -516,33 +532,11 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         cost: u64,
         now_ms: u64,
     ) -> Checked<Self::Future> {
-        Checked::ready(self.check_policies(key, policies, cost, now_ms))
+        Checked::ready(self.check_policies(key, policies, cost, Now::explicit(now_ms)))
     }
 
     fn is_local(&self) -> bool {
         true
-    }
-}
-
-impl Shard {
-    /// Looks at up to `n` entries from the cursor on, dropping those expired at `now_ms`.
-    /// Returns how many were dropped.
-    fn sweep(&mut self, now_ms: u64, n: usize) -> usize {
-        let mut dropped = 0;
-        for _ in 0..n {
-            let len = self.map.len();
-            if len == 0 {
-                break;
-            }
-            let i = self.cursor % len;
-            if self.map[i].expires_ms <= now_ms {
-                self.map.swap_remove_index(i);
-                dropped += 1;
-            } else {
-                self.cursor = i + 1;
-            }
-        }
-        dropped
     }
 }
 
@@ -601,6 +595,94 @@ mod tests {
             b.check_at("hot", &pol, 0, 86_400_000).into_inner().unwrap();
         }
         assert!(b.len() <= 1, "{} keys left", b.len());
+    }
+
+    /// The room the shards' maps hold, in entries.
+    fn capacity<C>(b: &MemoryBackend<C>) -> usize {
+        b.inner.shards.iter().map(|s| lock(s).map.capacity()).sum()
+    }
+
+    #[test]
+    fn one_off_clients_were_still_counted_after_they_expired() {
+        // 1,000 clients come once; afterwards one client keeps coming. Its checks used to
+        // sweep only its own shard, so the others stayed counted (and in memory) for good.
+        let clock = ManualClock::new(0);
+        let b = MemoryBackend::builder().clock(clock.clone()).build();
+        let pol = [p("token-bucket:limit=10,period=60s")];
+        for i in 0..1000 {
+            assert!(b
+                .check(&format!("10.0.{}.{}", i / 256, i % 256), &pol, 1)
+                .into_inner()
+                .unwrap()
+                .allowed());
+        }
+        assert_eq!(b.len(), 1000);
+        // Each key's reset_after is 6 s (one token of 10 per 60 s).
+        clock.advance(Duration::from_millis(6_000));
+        for _ in 0..2_000 {
+            assert!(b.check("regular", &pol, 0).into_inner().unwrap().allowed());
+        }
+        assert_eq!(b.len(), 0, "{} one-off clients still counted", b.len());
+        assert!(b.check("regular", &pol, 1).into_inner().unwrap().allowed());
+        assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn expired_keys_go_without_traffic_and_the_maps_give_memory_back() {
+        let clock = ManualClock::new(1_000);
+        let b = MemoryBackend::builder().clock(clock.clone()).build();
+        let pol = [p("sliding-log:limit=5,period=60s")];
+        let empty = capacity(&b);
+        for i in 0..20_000 {
+            b.check(&format!("k{i}"), &pol, 1).into_inner().unwrap();
+        }
+        let full = capacity(&b);
+        assert!(full >= 20_000);
+        // Not yet expired: the sweep keeps everything.
+        clock.advance(Duration::from_millis(59_999));
+        assert_eq!(b.sweep_expired(), 0);
+        assert_eq!(b.len(), 20_000);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(b.sweep_expired(), 20_000);
+        assert_eq!(b.len(), 0);
+        assert!(
+            capacity(&b) <= empty,
+            "room for {} entries left of {full}",
+            capacity(&b)
+        );
+    }
+
+    #[test]
+    fn keys_checked_at_explicit_times_are_never_swept_by_the_clock() {
+        // A simulation's trace times are not the clock's: a trace from 1970 must not look
+        // expired to the wall clock.
+        let clock = ManualClock::new(1_700_000_000_000);
+        let b = MemoryBackend::builder().clock(clock.clone()).build();
+        let pol = [p("fixed-window:limit=1,period=1h")];
+        for i in 0..100 {
+            b.check_at(&format!("sim{i}"), &pol, 1, 5_000)
+                .into_inner()
+                .unwrap();
+        }
+        b.check("live", &pol, 1).into_inner().unwrap();
+        clock.advance(Duration::from_secs(3600));
+        // The clock's sweep and the clock's checks drop the live key only.
+        assert_eq!(b.sweep_expired(), 1);
+        for _ in 0..2_000 {
+            b.check("other", &pol, 0).into_inner().unwrap();
+        }
+        assert_eq!(b.len(), 100);
+        // Still denied at trace time 6,000: the state is there.
+        assert!(!b
+            .check_at("sim7", &pol, 1, 6_000)
+            .into_inner()
+            .unwrap()
+            .allowed());
+        // Checks at explicit times sweep them once the trace passes their expiry.
+        for _ in 0..2_000 {
+            b.check_at("sim0", &pol, 0, 3_600_000).into_inner().unwrap();
+        }
+        assert_eq!(b.len(), 0);
     }
 
     #[test]

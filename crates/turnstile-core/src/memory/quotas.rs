@@ -3,22 +3,24 @@
 use std::future::{ready, Future};
 use std::sync::Arc;
 
-use super::MemoryBackend;
+use super::{MemoryBackend, Now};
 use crate::algorithm::{carry_over, evaluate, refund};
-use crate::backend::{Backend, BackendError, CheckResult, Quotas};
+use crate::backend::{BackendError, CheckResult, Quotas};
 use crate::clock::Clock;
 use crate::policy::Policy;
 use crate::quota::{validate_policy_set, validate_tier_name, KeyConfig, Limits};
 
 impl<C: Clock> MemoryBackend<C> {
-    /// Gives `cost` units back to `key` at `now_ms` (see [`Quotas::refund`]).
-    fn refund_now(&self, key: &str, limits: &Limits, cost: u64, now_ms: u64) -> CheckResult {
+    /// Gives `cost` units back to `key` at `now` (see [`Quotas::refund`]).
+    fn refund_now(&self, key: &str, limits: &Limits, cost: u64, now: Now) -> CheckResult {
+        let now_ms = now.ms;
         {
             let mut shard = self.shard(key);
             let config = shard.map.get(key).and_then(|e| e.config.as_deref());
             let (policies, _) = limits.resolve(config);
             let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
-            let entry = self.entry_mut(&mut shard, key, now_ms)?;
+            let entry = self.entry_mut(&mut shard, key, now)?;
+            entry.explicit = now.explicit;
             for p in &policies {
                 let Some(i) = entry.slots.iter().position(|s| s.policy.name() == p.name()) else {
                     continue;
@@ -34,12 +36,13 @@ impl<C: Clock> MemoryBackend<C> {
             entry.bump_version(now_ms);
             entry.settle(now_ms);
         }
-        self.check_limits(key, limits, 0, Some(now_ms)).into_inner()
+        self.query(key, limits, now)
     }
 
-    /// Forgets the state of every policy that applies to `key` at `now_ms` (see
+    /// Forgets the state of every policy that applies to `key` at `now` (see
     /// [`Quotas::reset`]).
-    fn reset_now(&self, key: &str, limits: &Limits, now_ms: u64) -> CheckResult {
+    fn reset_now(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
+        let now_ms = now.ms;
         {
             let mut shard = self.shard(key);
             let config = shard.map.get(key).and_then(|e| e.config.as_deref());
@@ -49,14 +52,27 @@ impl<C: Clock> MemoryBackend<C> {
                 .iter()
                 .map(|p| Arc::clone(p.name_arc()))
                 .collect();
-            let entry = self.entry_mut(&mut shard, key, now_ms)?;
+            let entry = self.entry_mut(&mut shard, key, now)?;
+            entry.explicit = now.explicit;
             entry
                 .slots
                 .retain(|s| !names.iter().any(|n| **n == *s.policy.name()));
             entry.bump_version(now_ms);
             entry.settle(now_ms);
         }
-        self.check_limits(key, limits, 0, Some(now_ms)).into_inner()
+        self.query(key, limits, now)
+    }
+
+    /// A query (cost 0) of `key` at `now`, on the same time base.
+    fn query(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
+        self.check_inner(
+            key,
+            limits.defaults(),
+            limits.tier_slice(),
+            limits.unconfigured(),
+            0,
+            now,
+        )
     }
 
     /// The stored configuration of `key` (empty when it has none).
@@ -75,11 +91,11 @@ impl<C: Clock> MemoryBackend<C> {
         key: &str,
         change: impl FnOnce(&mut KeyConfig),
     ) -> Result<KeyConfig, BackendError> {
-        let now = self.inner.clock.now_ms();
+        let now = self.now(None);
         let mut shard = self.shard(key);
         let entry = self.entry_mut(&mut shard, key, now)?;
         change(entry.config.get_or_insert_with(Box::default));
-        entry.bump_version(now);
+        entry.bump_version(now.ms);
         // No slot is dropped here: states may be timed on another clock (explicit times).
         entry.settle(0);
         Ok(entry.config.as_deref().cloned().unwrap_or_default())
@@ -93,8 +109,7 @@ impl<C: Clock> Quotas for MemoryBackend<C> {
         limits: &Limits,
         now_ms: Option<u64>,
     ) -> impl Future<Output = CheckResult> + Send {
-        let now = now_ms.unwrap_or_else(|| self.inner.clock.now_ms());
-        ready(self.reset_now(key, limits, now))
+        ready(self.reset_now(key, limits, self.now(now_ms)))
     }
 
     fn refund(
@@ -104,8 +119,7 @@ impl<C: Clock> Quotas for MemoryBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> impl Future<Output = CheckResult> + Send {
-        let now = now_ms.unwrap_or_else(|| self.inner.clock.now_ms());
-        ready(self.refund_now(key, limits, cost, now))
+        ready(self.refund_now(key, limits, cost, self.now(now_ms)))
     }
 
     fn config(&self, key: &str) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {

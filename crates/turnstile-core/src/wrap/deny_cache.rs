@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use pin_project_lite::pin_project;
 
 use crate::backend::{Backend, BackendError, CheckResult, Quotas};
-use crate::decision::Decision;
+use crate::decision::{Decision, Origin};
 use crate::policy::Policy;
 use crate::quota::{KeyConfig, Limits};
 
@@ -43,7 +43,14 @@ struct Entry {
 }
 
 /// One shard: the cached denials of each key, one per cost.
-type Shard = HashMap<Box<str>, Vec<Entry>>;
+#[derive(Debug, Default)]
+struct Shard {
+    keys: HashMap<Box<str>, Vec<Entry>>,
+    /// Counts the invalidations of the shard's keys: a denial whose request was sent before
+    /// one of them may have been decided on state this process has since consumed from, so
+    /// it is not cached.
+    generation: u64,
+}
 
 /// The cached denials, shared by every clone of a [`DenyCache`].
 #[derive(Debug)]
@@ -104,56 +111,76 @@ impl Cache {
     }
 
     /// A cached denial of `key` for a request of `cost` at `now_ns`, with its durations
-    /// counted from the reply it came in.
-    fn lookup(&self, key: &str, limits: u64, cost: u64, now_ns: u128) -> Option<Decision> {
+    /// counted from the reply it came in; else the shard's generation, for
+    /// [`Cache::insert`].
+    fn lookup(&self, key: &str, limits: u64, cost: u64, now_ns: u128) -> Result<Decision, u64> {
         let shard = self
             .shard(key)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let e = shard
-            .get(key)?
-            .iter()
-            .find(|e| e.limits == limits && e.cost == cost && now_ns < e.until_ns)?;
-        let elapsed = Duration::from_nanos(
-            u64::try_from(now_ns.saturating_sub(e.reply_ns)).unwrap_or(u64::MAX),
-        );
-        Some(e.decision.elapsed_by(elapsed))
+        // A time before the reply (an explicit time that went back) asks the backend.
+        let hit = shard.keys.get(key).and_then(|es| {
+            es.iter().find(|e| {
+                e.limits == limits && e.cost == cost && e.reply_ns <= now_ns && now_ns < e.until_ns
+            })
+        });
+        match hit {
+            Some(e) => {
+                let elapsed =
+                    Duration::from_nanos(u64::try_from(now_ns - e.reply_ns).unwrap_or(u64::MAX));
+                Ok(e.decision
+                    .elapsed_by(elapsed)
+                    .with_origin(Origin::DenyCache))
+            }
+            None => Err(shard.generation),
+        }
     }
 
-    /// Remembers a denial Redis gave for a request of `cost` sent at `sent_ns` whose reply
-    /// arrived at `reply_ns`. Only denials some wait can end are kept.
+    /// Remembers a denial the backend gave for a request of `cost` sent at `sent_ns`, when
+    /// the key's shard was at `generation`, whose reply arrived at `reply_ns`. Only denials
+    /// some wait can end are kept, and only for as long as every field they show stays
+    /// exact ([`Decision::unchanged_for`]), counted from the send (the backend decided at
+    /// or after it).
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         key: &str,
         limits: u64,
         cost: u64,
-        sent_ns: u128,
+        sent: (u128, u64),
         reply_ns: u128,
         decision: &Decision,
     ) {
+        let (sent_ns, generation) = sent;
         let Some(retry) = decision.retry_after() else {
             return;
         };
         if decision.allowed() || cost == 0 || retry.is_zero() {
             return;
         }
-        let until_ns = sent_ns + retry.as_nanos().min(self.max_ns);
+        let holds = decision.unchanged_for(cost).as_nanos().min(self.max_ns);
+        let until_ns = sent_ns + holds;
+        if until_ns <= reply_ns {
+            return;
+        }
         let mut shard = self
             .shard(key)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if shard.generation != generation {
+            return;
+        }
         // Expired entries go when a full shard is written.
-        if shard.len() >= MAX_ENTRIES / SHARDS && !shard.contains_key(key) {
-            shard.retain(|_, es| {
+        if shard.keys.len() >= MAX_ENTRIES / SHARDS && !shard.keys.contains_key(key) {
+            shard.keys.retain(|_, es| {
                 es.retain(|e| e.until_ns > reply_ns);
                 !es.is_empty()
             });
-            if shard.len() >= MAX_ENTRIES / SHARDS {
+            if shard.keys.len() >= MAX_ENTRIES / SHARDS {
                 return;
             }
         }
-        let entries = shard.entry(Box::from(key)).or_default();
+        let entries = shard.keys.entry(Box::from(key)).or_default();
         entries.retain(|e| e.until_ns > reply_ns && !(e.cost == cost && e.limits == limits));
         if entries.len() >= COSTS_PER_KEY {
             entries.remove(0);
@@ -174,29 +201,39 @@ impl Cache {
             .shard(key)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if !shard.is_empty() {
-            shard.remove(key);
+        shard.generation = shard.generation.wrapping_add(1);
+        if !shard.keys.is_empty() {
+            shard.keys.remove(key);
         }
     }
 }
 
 /// A [`Backend`] that answers a repeated denial from memory, exactly as the backend would.
 ///
-/// When the backend says a key is denied with `retry_after` d for a request **sent** at time
-/// s, the same request (same key, policies and cost) is denied locally until s + d. The
-/// backend decided at some time e ≥ s that nothing admits the request before e + d ≥ s + d,
-/// and while nothing gives quota back other processes can only consume more; so the local
-/// denial is the denial the backend would give, and a flood of denied traffic costs the
-/// backend nothing. The `retry_after` reported from the cache is timed from the **reply**
-/// (r ≥ e), so it never understates the real wait as the backend saw it (a request this
-/// process admits for the key afterwards drops the key's cached denials, whose waits it made
-/// longer). (A costlier request would be denied too, but its own wait is longer than d, so it
-/// asks the backend — which then caches it under its own cost; a key keeps up to four costs.)
+/// When the backend denies a request **sent** at time s, the same request (same key,
+/// policies and cost) is denied locally until s + u, where u is how long every field the
+/// denial shows stays exact with nothing else arriving ([`Decision::unchanged_for`]): until
+/// the first violated policy could admit, or any policy's `remaining` could rise, whichever
+/// comes first (capped at [`DenyCache::with_max`]). The backend decided at some time e ≥ s, so
+/// nothing changes before e + u ≥ s + u; a denied request changes no state, and while nothing
+/// gives quota back other processes can only consume. So the local denial is the denial the
+/// backend would give, and a flood of denied traffic costs the backend nothing.
 ///
-/// A denial answered from the cache is the one the backend gave, its durations shortened by
-/// the time since the reply; its `remaining` is the backend's (a lower bound: entries that
-/// expired since are not counted back), so with the cache on a decision can differ from the
-/// backend's own in `remaining` — never in `allowed`.
+/// A denial answered from the cache is the one the backend gave, with every `retry_after`
+/// and `reset_after` shortened by the time since the **reply** (r ≥ e): at explicit times
+/// (simulations, where s = e = r) it equals the backend's own answer field for field —
+/// allowed, violated policies, each policy's `remaining`, `retry_after` and `reset_after`,
+/// the aggregate. In real time a cached wait is never shorter than the one the backend gave
+/// this process and at most one round trip (r − e) longer. Where the end of a field's
+/// exactness needs state a decision does not carry (a sliding log's oldest entry, a sliding
+/// window's previous count), the entry is kept only when the violated policy misses exactly
+/// the units its admission needs, and otherwise the backend is asked again. A request this
+/// process admits for the key drops the key's cached denials (it made their waits longer),
+/// and so does one admitted while a denial was on its way (that denial is not cached).
+/// Other processes' consumption is not seen: it can only make the true wait longer and the
+/// true `remaining` smaller than the cached ones, never turn a cached denial into an
+/// admission. (A costlier request would be denied too, but its own fields differ, so it
+/// asks the backend — which then caches it under its own cost; a key keeps up to four costs.)
 ///
 /// What gives quota back — a reset, a refund, a raised override or tier — reaches this
 /// process's cache at once when it goes through the wrapper ([`Quotas`]), and other
@@ -295,16 +332,19 @@ impl<B: Backend> Backend for DenyCache<B> {
         }
         let fp = limits_fingerprint(limits, now_ms.is_some());
         let sent_ns = self.cache.now_ns(now_ms);
-        if let Some(decision) = self.cache.lookup(key, fp, cost, sent_ns) {
-            self.cache.hits.fetch_add(1, Ordering::Relaxed);
-            #[cfg(feature = "metrics")]
-            metrics::counter!(crate::metric_names::DENY_CACHE_HITS_TOTAL).increment(1);
-            return DenyCacheFuture {
-                state: State::Cached {
-                    decision: Some(decision),
-                },
-            };
-        }
+        let generation = match self.cache.lookup(key, fp, cost, sent_ns) {
+            Ok(decision) => {
+                self.cache.hits.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                metrics::counter!(crate::metric_names::DENY_CACHE_HITS_TOTAL).increment(1);
+                return DenyCacheFuture {
+                    state: State::Cached {
+                        decision: Some(decision),
+                    },
+                };
+            }
+            Err(generation) => generation,
+        };
         let fut = self.inner.check_limits(key, limits, cost, now_ms);
         DenyCacheFuture {
             state: State::Asking {
@@ -315,6 +355,7 @@ impl<B: Backend> Backend for DenyCache<B> {
                     fp,
                     cost,
                     sent_ns,
+                    generation,
                     now_ms,
                 }),
             },
@@ -333,6 +374,8 @@ struct Learn {
     fp: u64,
     cost: u64,
     sent_ns: u128,
+    /// The key's shard's generation when the request was sent.
+    generation: u64,
     now_ms: Option<u64>,
 }
 
@@ -348,7 +391,7 @@ impl Learn {
                 &self.key,
                 self.fp,
                 self.cost,
-                self.sent_ns,
+                (self.sent_ns, self.generation),
                 reply_ns,
                 decision,
             );

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::{Future, Ready};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -12,12 +12,14 @@ use pin_project_lite::pin_project;
 use super::learned::Learned;
 use crate::backend::{Backend, BackendError, CheckResult, Quotas};
 use crate::clock::{Clock, SystemClock};
+use crate::decision::Origin;
 use crate::failure::{FailurePolicy, OnError};
 use crate::memory::MemoryBackend;
 #[cfg(feature = "metrics")]
 use crate::metric_names as names;
 use crate::policy::Policy;
 use crate::quota::{KeyConfig, Limits};
+use crate::wrap::incident::{key_hash, IncidentLog, Ticket};
 
 /// A share of a policy's capacity, from 0 to 1, in millionths: what a key the backend never
 /// answered for starts an outage with under a [`Fallback`] (rounded down to whole units).
@@ -80,10 +82,18 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 /// the whole capacity). Per key and process, an outage so admits at most r + what the policy
 /// refills over the outage (a known key) or s·capacity + the refill (an unknown key); a fleet
 /// of N processes at most N times that. The learned answers are bounded by the local key cap.
-/// A wrapped backend that is itself local
-/// ([`Backend::is_local`]) is never stood in for. The first check the fallback decides logs
-/// one warning (`tracing`), the first success afterwards one recovery: one incident, one
-/// pair of lines. Quota operations ([`Quotas`]) are forwarded, never decided locally.
+/// A wrapped backend that is itself local ([`Backend::is_local`]) is never stood in for.
+/// Decisions made locally are marked [`Origin::Fallback`].
+///
+/// One incident logs one pair of lines (`tracing`): a warning when the first check sent
+/// while the backend was healthy fails, and a recovery when the backend itself answers a
+/// check sent during the incident — not a deny cache's answer, not a reply that was in
+/// flight when the incident began ([`IncidentLog`]). One key's unreadable state
+/// (`BackendError::InvalidState`) is decided locally too, but it is the key's fault, not the
+/// backend's: it neither starts nor ends an incident, and is logged at most once per key per
+/// minute, the key shown as its stable hash (FNV-1a, as the layer's default
+/// `KeyLogging::Hashed`). Quota operations ([`Quotas`]) are forwarded, never decided
+/// locally.
 ///
 /// # Examples
 /// ```
@@ -105,9 +115,10 @@ pub struct Fallback<B, C = SystemClock> {
 struct Shared<C> {
     local: MemoryBackend<C>,
     policy: FailurePolicy,
-    /// Whether the fallback is deciding (an incident is open).
-    incident: AtomicBool,
-    /// Incidents opened so far (the current one's number while one is open).
+    /// When an incident starts and ends; which bad keys to log.
+    log: IncidentLog,
+    /// Incidents opened so far: the current one's number (the keys' local state is primed
+    /// from the learned answers once per incident).
     incidents: AtomicU64,
     decisions: AtomicU64,
     learned: Learned,
@@ -164,7 +175,7 @@ impl<B, C> Fallback<B, C> {
             shared: Arc::new(Shared {
                 local,
                 policy,
-                incident: AtomicBool::new(false),
+                log: IncidentLog::new(),
                 incidents: AtomicU64::new(0),
                 decisions: AtomicU64::new(0),
                 learned: Learned::new(max_keys, unknown.ppm()),
@@ -193,6 +204,11 @@ impl<B, C> Fallback<B, C> {
         self.shared.learned.len()
     }
 
+    /// Whether an incident is open: the backend failed and has not answered since.
+    pub fn in_incident(&self) -> bool {
+        self.shared.log.is_open()
+    }
+
     /// Checks decided locally since the wrapper was built (all clones together).
     pub fn local_decisions(&self) -> u64 {
         self.shared.decisions.load(Ordering::Relaxed)
@@ -219,6 +235,7 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
             state: State::Watch {
                 fut,
                 retry: Some(Retry {
+                    ticket: self.shared.log.ticket(),
                     shared: Arc::clone(&self.shared),
                     key: Box::from(key),
                     limits: limits.clone(),
@@ -236,6 +253,8 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
 
 /// What the local fallback needs to decide a check itself.
 struct Retry<C> {
+    /// When the check was sent, as far as incidents go.
+    ticket: Ticket,
     shared: Arc<Shared<C>>,
     key: Box<str>,
     limits: Limits,
@@ -250,8 +269,10 @@ impl<C: Clock> Retry<C> {
         let now = self.now_ms.unwrap_or_else(|| s.local.clock().now_ms());
         let error = match result {
             Ok(decision) => {
-                s.learned.record(&self.key, now, &decision);
-                if s.incident.load(Ordering::Relaxed) && s.incident.swap(false, Ordering::Relaxed) {
+                if decision.origin() == Origin::Backend {
+                    s.learned.record(&self.key, now, &decision);
+                }
+                if decision.origin() == Origin::Backend && s.log.answered(self.ticket) {
                     tracing::info!("rate-limit backend answers again; the local fallback stops");
                 }
                 return Ok(decision);
@@ -261,7 +282,16 @@ impl<C: Clock> Retry<C> {
         if s.policy.on_error(&error) != OnError::DecideLocally {
             return Err(error);
         }
-        if !s.incident.swap(true, Ordering::Relaxed) {
+        if matches!(error, BackendError::InvalidState(_)) {
+            // One key's fault: logged per key, no incident.
+            if s.log.bad_key(&self.key, s.local.clock().now_ms()) {
+                tracing::warn!(
+                    error = %error,
+                    key_hash = %key_hash(&self.key),
+                    "rate-limit backend cannot read this key's state; deciding it in memory on this process"
+                );
+            }
+        } else if s.log.failed(self.ticket) {
             s.incidents.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
             metrics::counter!(names::FALLBACK_ACTIVATIONS_TOTAL, names::LABEL_KIND => error.kind())
@@ -273,7 +303,7 @@ impl<C: Clock> Retry<C> {
             );
         }
         s.decisions.fetch_add(1, Ordering::Relaxed);
-        let incident = s.incidents.load(Ordering::Relaxed).max(1);
+        let incident = s.incidents.load(Ordering::Relaxed);
         s.learned
             .prime(&s.local, &self.key, &self.limits, incident, now);
         #[cfg(feature = "metrics")]
@@ -281,7 +311,7 @@ impl<C: Clock> Retry<C> {
         let ready: Ready<CheckResult> =
             s.local
                 .check_limits(&self.key, &self.limits, self.cost, Some(now));
-        ready.into_inner()
+        ready.into_inner().map(|d| d.with_origin(Origin::Fallback))
     }
 }
 

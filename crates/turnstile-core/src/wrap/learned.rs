@@ -18,12 +18,23 @@ const SHARDS: usize = 16;
 type Shard = HashMap<Box<str>, Seen>;
 
 /// The last answer the backend gave for one key: each policy's `remaining` at `at_ms`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Seen {
     at_ms: u64,
     remaining: Vec<(Policy, u64)>,
-    /// The incident in which the local state of this key was last primed (0: never).
+    /// The incident in which the local state of this key was last primed (`u64::MAX`:
+    /// never).
     primed_in: u64,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            at_ms: 0,
+            remaining: Vec::new(),
+            primed_in: u64::MAX,
+        }
+    }
 }
 
 /// Per key, the backend's last answer; bounded (`max` keys over all shards).

@@ -5,17 +5,22 @@
 //! - [`DenyCache`] repeats a denial the backend gave, without asking it again, for as long as
 //!   the denial provably still holds.
 //!
-//! Both forward every other call (and the [`Quotas`](crate::Quotas) operations) to the
+//! - [`IncidentLog`] tells which failure starts a backend incident and which answer ends
+//!   it, so each is logged once.
+//!
+//! Both wrappers forward every other call (and the [`Quotas`](crate::Quotas) operations) to the
 //! backend they wrap, see every successful decision, and stack:
 //! `Fallback::new(DenyCache::new(redis), FailurePolicy::Local)`. The tower layer wraps its
 //! backend in a [`Fallback`] itself, following its failure policy.
 
 mod deny_cache;
 mod fallback;
+mod incident;
 mod learned;
 
 pub use deny_cache::{DenyCache, DenyCacheFuture, DEFAULT_DENY_CACHE_MAX};
 pub use fallback::{Fallback, FallbackFuture, InvalidShare, Share, DEFAULT_FALLBACK_MAX_KEYS};
+pub use incident::{IncidentLog, Ticket, BAD_KEY_LOG_INTERVAL_MS, MAX_BAD_KEYS_LOGGED};
 
 #[cfg(test)]
 mod tests;

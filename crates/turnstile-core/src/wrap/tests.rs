@@ -295,3 +295,187 @@ fn learned_answers_are_bounded_by_the_local_key_cap() {
     }
     assert!(fb.learned_keys() <= 32 + 16, "{}", fb.learned_keys());
 }
+
+fn policies(specs: &[&str]) -> Limits {
+    Limits::new(specs.iter().map(|s| s.parse::<Policy>().unwrap())).unwrap()
+}
+
+/// The fields a `RateLimit` header shows of one decision: per policy, its name, `r` and `t`
+/// (seconds, rounded up, of `retry_after` when it denies, else of `reset_after`).
+fn shown(d: &crate::Decision) -> Vec<(String, u64, Option<u64>)> {
+    d.policies()
+        .iter()
+        .map(|p| {
+            let t = if p.allowed() {
+                Some(p.reset_after())
+            } else {
+                p.retry_after()
+            };
+            (
+                p.name().to_owned(),
+                p.remaining(),
+                t.map(crate::round::ceil_secs),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn deny_cache_reported_a_refilled_policy_as_violated() {
+    // A = 2 per 60 s, B = 1 per 1 s; requests at 0, 100, 1000, 1100 and 2050 ms. At 2050 ms
+    // B has refilled: only A denies. The cache used to answer from the 1100 ms denial
+    // (violated A and B, "B";r=0;t=1).
+    let l = policies(&[
+        "token-bucket:limit=2,period=60s,name=A",
+        "token-bucket:limit=1,period=1s,name=B",
+    ]);
+    let cached = DenyCache::new(MemoryBackend::new());
+    let plain = MemoryBackend::new();
+    let mut last = None;
+    for t in [0, 100, 1000, 1100, 2050] {
+        let a = now(cached.check_limits("k", &l, 1, Some(t))).unwrap();
+        let b = now(plain.check_limits("k", &l, 1, Some(t))).unwrap();
+        assert_eq!(a, b, "t={t}");
+        last = Some(a);
+    }
+    let d = last.unwrap();
+    assert!(!d.allowed());
+    let violated: Vec<&str> = d.violated().map(|p| p.name()).collect();
+    assert_eq!(violated, ["A"]);
+    assert_eq!(
+        shown(&d),
+        [("A".to_owned(), 0, Some(28)), ("B".to_owned(), 1, Some(0))]
+    );
+    // Asked again within the 1100 ms denial's life, the cache answers, exactly.
+    let again = now(cached.check_limits("k", &l, 1, Some(2050))).unwrap();
+    assert_eq!(again, d);
+    assert_eq!(cached.hits(), 1);
+}
+
+#[test]
+fn deny_cache_holds_a_denial_only_while_every_shown_field_does() {
+    let cached = DenyCache::with_max(MemoryBackend::new(), Duration::from_secs(3600));
+    // Fixed window, 3 per second, costs 2 after one unit: denied with remaining 1 until
+    // the window ends at 1000 ms.
+    let l = policies(&["fixed-window:limit=3,period=1s,name=w"]);
+    assert!(now(cached.check_limits("w", &l, 2, Some(0)))
+        .unwrap()
+        .allowed());
+    let d = now(cached.check_limits("w", &l, 2, Some(10))).unwrap();
+    assert_eq!(d.unchanged_for(2), Duration::from_millis(990));
+    assert_eq!(
+        now(cached.check_limits("w", &l, 2, Some(999))).unwrap(),
+        d.elapsed_by(Duration::from_millis(989))
+    );
+    assert_eq!(cached.hits(), 1);
+    assert!(now(cached.check_limits("w", &l, 2, Some(1000)))
+        .unwrap()
+        .allowed());
+    // Token bucket of burst 3, 1 per second, cost 3 with 1 left: `remaining` rises at
+    // 1000 ms, before the admission at 2000 ms, so the entry ends there.
+    let l = policies(&["token-bucket:limit=1,period=1s,burst=3,name=b"]);
+    assert!(now(cached.check_limits("b", &l, 2, Some(0)))
+        .unwrap()
+        .allowed());
+    let d = now(cached.check_limits("b", &l, 3, Some(0))).unwrap();
+    assert_eq!(d.remaining(), 1);
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(2)));
+    assert!(d.unchanged_for(3) < Duration::from_secs(1));
+    let at_1000 = now(cached.check_limits("b", &l, 3, Some(1000))).unwrap();
+    assert_eq!(at_1000.remaining(), 2);
+    assert_eq!(at_1000.retry_after(), Some(Duration::from_secs(1)));
+    // A sliding log missing two units: its oldest entry (unknown to the cache) may expire
+    // first, so only the same instant is answered from the cache.
+    let l = policies(&["sliding-log:limit=2,period=1s,name=s"]);
+    assert!(now(cached.check_limits("s", &l, 1, Some(0)))
+        .unwrap()
+        .allowed());
+    assert!(now(cached.check_limits("s", &l, 1, Some(500)))
+        .unwrap()
+        .allowed());
+    let d = now(cached.check_limits("s", &l, 2, Some(600))).unwrap();
+    assert_eq!(d.unchanged_for(2), Duration::from_nanos(1));
+    // Missing one unit, its first rise is its admission.
+    assert_eq!(
+        now(cached.check_limits("s", &l, 1, Some(600)))
+            .unwrap()
+            .unchanged_for(1),
+        Duration::from_millis(400)
+    );
+}
+
+/// One deterministic pseudo-random generator per run (xorshift), so failures repeat.
+fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
+#[test]
+fn deny_cache_answers_random_multi_policy_traces_field_for_field_as_the_backend() {
+    let sets: Vec<Limits> = vec![
+        policies(&["token-bucket:limit=3,period=1s,burst=5,name=a"]),
+        policies(&["gcra:limit=2,period=700ms,name=a"]),
+        policies(&["leaky-bucket:limit=4,period=1s,burst=6,name=a"]),
+        policies(&["fixed-window:limit=4,period=700ms,name=a"]),
+        policies(&["sliding-log:limit=5,period=1s,name=a"]),
+        policies(&["sliding-window:limit=6,period=900ms,name=a"]),
+        policies(&[
+            "token-bucket:limit=2,period=60s,name=A",
+            "token-bucket:limit=1,period=1s,name=B",
+        ]),
+        policies(&[
+            "token-bucket:limit=5,period=1s,name=fast",
+            "sliding-window:limit=12,period=10s,name=slow",
+        ]),
+        policies(&[
+            "gcra:limit=3,period=1s,burst=4,name=g",
+            "fixed-window:limit=7,period=3s,name=f",
+            "leaky-bucket:limit=2,period=500ms,name=l",
+        ]),
+        policies(&[
+            "sliding-log:limit=4,period=2s,name=log",
+            "token-bucket:limit=10,period=1m,name=minute",
+        ]),
+    ];
+    let mut compared = 0;
+    for seed in [0x2545_f491_4f6c_dd1d_u64, 0x9e37_79b9_7f4a_7c15, 7] {
+        let mut next = xorshift(seed);
+        for (k, l) in sets.iter().enumerate() {
+            let cached = DenyCache::with_max(MemoryBackend::new(), Duration::from_secs(3600));
+            let plain = MemoryBackend::new();
+            let mut t = 1_700_000_000_000u64;
+            for i in 0..1500 {
+                t += [0, 0, 0, 1, 7, 50, 123, 333, 1000][next(9) as usize];
+                let key = ["x", "y"][next(2) as usize];
+                let cost = [1, 1, 1, 1, 2, 3, 0, 9][next(8) as usize];
+                let ctx = format!("seed {seed:#x} set {k} request {i} t={t} {key} cost {cost}");
+                match next(60) {
+                    0 => {
+                        let a = now(cached.refund(key, l, 1, Some(t))).unwrap();
+                        let b = now(plain.refund(key, l, 1, Some(t))).unwrap();
+                        assert_eq!(a, b, "{ctx}: refund");
+                        continue;
+                    }
+                    1 => {
+                        let a = now(cached.reset(key, l, Some(t))).unwrap();
+                        let b = now(plain.reset(key, l, Some(t))).unwrap();
+                        assert_eq!(a, b, "{ctx}: reset");
+                        continue;
+                    }
+                    _ => {}
+                }
+                let a = now(cached.check_limits(key, l, cost, Some(t))).unwrap();
+                let b = now(plain.check_limits(key, l, cost, Some(t))).unwrap();
+                assert_eq!(a, b, "{ctx}");
+                assert_eq!(shown(&a), shown(&b), "{ctx}");
+                compared += 1;
+            }
+            assert!(cached.hits() > 20, "set {k}: {} hits", cached.hits());
+        }
+    }
+    assert!(compared > 40_000);
+}

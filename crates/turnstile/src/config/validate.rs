@@ -374,6 +374,9 @@ impl Validator<'_> {
         if r.preflight {
             rule = rule.cors_preflight();
         }
+        if let Some(reason) = rule.matches_nothing() {
+            return Err(fail(&format!("no request can match this rule: {reason}")));
+        }
         if r.exempt {
             rule = rule.exempt();
         }

@@ -107,7 +107,10 @@ impl ForwardedHeader {
 ///   (the hop nearest to us) past trusted proxies; the first untrusted address is the client.
 ///   If every hop is trusted, the leftmost address is.
 /// - An `unknown`, obfuscated (`_hidden`) or malformed entry stops the walk: the key is the
-///   nearest address that can be trusted — the proxy that wrote the entry.
+///   nearest address that can be trusted — the proxy that wrote the entry. Entries are read
+///   one by one on the header's bytes: a byte that is not text (not UTF-8) makes only the
+///   entry it is in malformed, never its line or its neighbours, so a client cannot move
+///   the walk by sending one.
 /// - IPv4-mapped IPv6 addresses count as IPv4; IPv6 clients are grouped by network, /64 by
 ///   default.
 ///
@@ -216,17 +219,15 @@ impl ClientIp {
         };
         let mut chain: Vec<Option<IpAddr>> = Vec::new();
         for value in headers.get_all(header.name()) {
-            // A value that is not even text is one malformed entry.
-            let Ok(text) = std::str::from_utf8(value.as_bytes()) else {
-                chain.push(None);
-                continue;
-            };
+            // Split on the bytes, then read each entry on its own: bytes that are not text
+            // make their own entry malformed, nothing else.
+            let value = value.as_bytes();
             match header {
-                ForwardedHeader::Forwarded => parse_forwarded(text, &mut chain),
+                ForwardedHeader::Forwarded => parse_forwarded(value, &mut chain),
                 ForwardedHeader::XForwardedFor => {
-                    chain.extend(text.split(',').map(|e| parse_node(e.trim())));
+                    chain.extend(value.split(|&b| b == b',').map(parse_entry));
                 }
-                ForwardedHeader::XRealIp => chain.push(parse_node(text.trim())),
+                ForwardedHeader::XRealIp => chain.push(parse_entry(value)),
             }
         }
         // Walk from the right: each entry was written by the hop to its right, starting with
@@ -298,6 +299,12 @@ pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// One entry of `X-Forwarded-For` or `X-Real-IP`, as bytes: its node without the optional
+/// whitespace around it; `None` when it is not text or not an address.
+fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
+    parse_node(std::str::from_utf8(entry).ok()?.trim())
+}
+
 /// Parses one node of a forwarding header: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
 /// `[2001:db8::1]`, `[2001:db8::1]:443` (the port may be obfuscated, `:_p`). `None` for
 /// `unknown`, an obfuscated identifier (`_hidden`) or anything malformed.
@@ -330,13 +337,22 @@ fn valid_port(p: &str) -> bool {
 }
 
 /// Appends the `for=` node of each element of a `Forwarded` header value (RFC 7239) to
-/// `chain`: an address, or `None` for an element that is `unknown`, obfuscated, malformed,
-/// or has no `for=`.
-fn parse_forwarded(value: &str, chain: &mut Vec<Option<IpAddr>>) {
+/// `chain`: an address, or `None` for an element that is `unknown`, obfuscated, malformed
+/// (a byte that is not text included), or has no `for=`.
+fn parse_forwarded(value: &[u8], chain: &mut Vec<Option<IpAddr>>) {
     for element in split_unquoted(value, b',') {
+        let Ok(element) = std::str::from_utf8(element) else {
+            chain.push(None);
+            continue;
+        };
         let mut node = None;
         let mut ok = true;
-        for pair in split_unquoted(element, b';') {
+        for pair in split_unquoted(element.as_bytes(), b';') {
+            // Split at an ASCII byte of text: still text (else malformed, to be safe).
+            let Ok(pair) = std::str::from_utf8(pair) else {
+                ok = false;
+                continue;
+            };
             let pair = pair.trim();
             if pair.is_empty() {
                 continue;
@@ -367,9 +383,9 @@ fn parse_forwarded(value: &str, chain: &mut Vec<Option<IpAddr>>) {
     }
 }
 
-/// Splits `s` at every `sep` outside a quoted-string.
-fn split_unquoted(s: &str, sep: u8) -> impl Iterator<Item = &str> {
-    let bytes = s.as_bytes();
+/// Splits `bytes` at every `sep` (an ASCII byte) outside a quoted-string.
+fn split_unquoted(bytes: &[u8], sep: u8) -> impl Iterator<Item = &[u8]> {
+    let s = bytes;
     let mut parts = Vec::new();
     let (mut start, mut quoted, mut escaped) = (0, false, false);
     for (i, &b) in bytes.iter().enumerate() {
@@ -459,7 +475,7 @@ mod tests {
     fn forwarded_elements() {
         let mut c = Vec::new();
         parse_forwarded(
-            r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, for=_hidden, proto=https, for="a\"b", for="192.0.2.1;x", for=198.51.100.1;for=198.51.100.2"#,
+            br#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, for=_hidden, proto=https, for="a\"b", for="192.0.2.1;x", for=198.51.100.1;for=198.51.100.2"#,
             &mut c,
         );
         assert_eq!(
@@ -481,7 +497,7 @@ mod tests {
     fn an_unquoted_port_or_ipv6_address_is_malformed() {
         let mut c = Vec::new();
         parse_forwarded(
-            r#"for=6.6.6.6:80, for=[2001:db8::1], for="6.6.6.6:80", for=7.7.7.7;;;"#,
+            br#"for=6.6.6.6:80, for=[2001:db8::1], for="6.6.6.6:80", for=7.7.7.7;;;"#,
             &mut c,
         );
         assert_eq!(c, [None, None, Some(ip("6.6.6.6")), Some(ip("7.7.7.7"))]);
@@ -556,6 +572,89 @@ mod tests {
         // IPv4-mapped entries and peers count as IPv4 (and match IPv4 networks).
         let h = hm(&[("x-forwarded-for", "::ffff:198.51.100.7, ::ffff:192.168.1.1")]);
         assert_eq!(k.client_addr(ip("::ffff:10.0.0.1"), &h), ip("198.51.100.7"));
+    }
+
+    /// A header map with one `name` line per value, values as raw bytes.
+    fn raw(name: &str, values: &[&[u8]]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn a_non_utf8_byte_made_the_whole_forwarding_line_one_malformed_entry() {
+        // `X-Forwarded-For: \xff, 198.51.100.7` from a trusted proxy used to key the client
+        // as the proxy (the whole line was one malformed entry): it must key exactly as
+        // `198.51.100.7` alone.
+        let k = ClientIp::new()
+            .trust("10.0.0.0/8".parse().unwrap())
+            .trust("192.168.0.0/16".parse().unwrap());
+        let peer = ip("10.0.0.1");
+        let client = ip("198.51.100.7");
+        let alone = k.client_addr(peer, &raw("x-forwarded-for", &[b"198.51.100.7"]));
+        assert_eq!(alone, client);
+        for (header, values, want) in [
+            // Only the malformed entry is malformed, wherever the byte is.
+            ("x-forwarded-for", &[&b"\xff, 198.51.100.7"[..]][..], client),
+            (
+                "x-forwarded-for",
+                &[&b"6.6.6.6, 1.2.3\xff.4, 198.51.100.7"[..]],
+                client,
+            ),
+            (
+                "x-forwarded-for",
+                &[&b"\xff\xfe, 198.51.100.7, 192.168.1.1"[..]],
+                client,
+            ),
+            // The walk still stops at a malformed entry on its way: at the nearest hop.
+            ("x-forwarded-for", &[&b"198.51.100.7, \xff"[..]], peer),
+            (
+                "x-forwarded-for",
+                &[&b"198.51.100.7, \xff, 192.168.1.1"[..]],
+                ip("192.168.1.1"),
+            ),
+            // Several lines: each is read entry by entry.
+            (
+                "x-forwarded-for",
+                &[&b"\xff"[..], &b"198.51.100.7"[..]],
+                client,
+            ),
+            (
+                "x-forwarded-for",
+                &[&b"6.6.6.6, \xff"[..], &b"198.51.100.7"[..]],
+                client,
+            ),
+            ("x-real-ip", &[&b"\xff"[..], &b"198.51.100.7"[..]], client),
+            ("x-real-ip", &[&b"198.51.100.7"[..], &b"\xff"[..]], peer),
+            ("forwarded", &[&b"for=\xff, for=198.51.100.7"[..]], client),
+            (
+                "forwarded",
+                &[&b"for=6.6.6.6;proto=\xff, for=198.51.100.7"[..]],
+                client,
+            ),
+            (
+                "forwarded",
+                &[&b"for=\"\xff\", for=198.51.100.7;proto=https"[..]],
+                client,
+            ),
+            (
+                "forwarded",
+                &[&b"for=\xff"[..], &b"for=198.51.100.7"[..]],
+                client,
+            ),
+            ("forwarded", &[&b"for=198.51.100.7, for=\xff"[..]], peer),
+        ] {
+            assert_eq!(
+                k.client_addr(peer, &raw(header, values)),
+                want,
+                "{header}: {values:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! How the in-memory backend gives memory back: expired keys dropped a few at a time by the
+//! checks (in their own shard and, round-robin, in every other), on a timer where no traffic
+//! comes ([`MemoryBackend::spawn_sweeper`]), and maps shrunk once they are mostly empty.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+
+use super::{keys_gauge, Entry, MemoryBackend, Shard};
+use crate::clock::Clock;
+
+/// Every this many checks, a thread sweeps a few entries of another shard.
+const ELSEWHERE_EVERY: u32 = 4;
+
+/// How many entries of another shard such a check looks at.
+const SWEEP_ELSEWHERE: usize = 8;
+
+/// A map holding more room than this (in entries) shrinks when at most a quarter full; a
+/// smaller one only when empty.
+const SHRINK_ABOVE: usize = 8;
+
+thread_local! {
+    /// This thread's turn in the round-robin over other shards (any backend).
+    static TURN: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The time of a check, and whether the caller gave it (a simulation's trace time) or it is
+/// the backend's clock. A key is only ever swept on the time base it was last checked on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Now {
+    pub(crate) ms: u64,
+    pub(crate) explicit: bool,
+}
+
+impl Now {
+    /// An explicit time (ms since the caller's epoch).
+    pub(crate) fn explicit(ms: u64) -> Self {
+        Now { ms, explicit: true }
+    }
+
+    /// Whether `e` has expired at this time, on this time base.
+    fn expired(self, e: &Entry) -> bool {
+        e.explicit == self.explicit && e.expires_ms <= self.ms
+    }
+}
+
+impl Shard {
+    /// Looks at up to `n` entries from the cursor on, dropping those expired at `now` (on
+    /// its time base), and shrinks the map if that left it mostly empty. Returns how many
+    /// were dropped.
+    pub(super) fn sweep(&mut self, now: Now, n: usize) -> usize {
+        let mut dropped = 0;
+        for _ in 0..n {
+            let len = self.map.len();
+            if len == 0 {
+                break;
+            }
+            let i = self.cursor % len;
+            if now.expired(&self.map[i]) {
+                self.map.swap_remove_index(i);
+                dropped += 1;
+            } else {
+                self.cursor = i + 1;
+            }
+        }
+        if dropped > 0 {
+            self.give_back();
+        }
+        dropped
+    }
+
+    /// Shrinks the map to twice its keys when it is at most a quarter full (and frees it
+    /// when empty): the memory of a flood comes back, and shrinking costs O(keys) only after
+    /// at least as many removals (amortized O(1) each).
+    pub(super) fn give_back(&mut self) {
+        let capacity = self.map.capacity();
+        let len = self.map.len();
+        if (capacity > SHRINK_ABOVE || len == 0) && len <= capacity / 4 {
+            self.map.shrink_to(len * 2);
+        }
+    }
+}
+
+impl<C> MemoryBackend<C> {
+    /// Every fourth check of a thread looks at a few entries of the next shard in its
+    /// round-robin, if that shard is free right now (never waiting, never holding another
+    /// lock): keys expire from every shard while any traffic flows. No hashing, no
+    /// allocation.
+    pub(super) fn sweep_elsewhere(&self, now: Now) {
+        let shards = &self.inner.shards;
+        if shards.len() < 2 {
+            return;
+        }
+        let turn = TURN.with(|t| {
+            let next = t.get().wrapping_add(1);
+            t.set(next);
+            next
+        });
+        if turn % ELSEWHERE_EVERY != 0 {
+            return;
+        }
+        let i = (turn / ELSEWHERE_EVERY) as usize % shards.len();
+        if let Ok(mut shard) = shards[i].try_lock() {
+            self.sweep(&mut shard, now, SWEEP_ELSEWHERE);
+        }
+    }
+
+    /// Drops the keys `expired` says are, one shard locked at a time, shrinking the maps
+    /// that are left mostly empty. Returns how many keys were dropped.
+    pub(super) fn sweep_all(&self, expired: impl Fn(&Entry) -> bool) -> usize {
+        let mut dropped = 0;
+        for shard in self.inner.shards.iter() {
+            let mut shard = super::lock(shard);
+            let before = shard.map.len();
+            shard.map.retain(|_, e| !expired(e));
+            if shard.map.len() < before {
+                dropped += before - shard.map.len();
+                shard.give_back();
+            }
+        }
+        self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
+        keys_gauge(-(dropped as f64));
+        dropped
+    }
+}
+
+impl<C: Clock> MemoryBackend<C> {
+    /// Drops every key whose state has expired by the backend's clock, scanning every shard
+    /// (one locked at a time), and gives the maps' spare memory back. Keys last checked at
+    /// explicit times ([`Backend::check_at`](crate::Backend::check_at): simulations) are
+    /// left alone: their time is not the clock's. Returns how many keys were dropped.
+    ///
+    /// [`MemoryBackend::spawn_sweeper`] calls this on a timer; call it from your own timer
+    /// where there is no tokio runtime.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile_core::{Backend, ManualClock, MemoryBackend, Policy};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let clock = ManualClock::new(0);
+    /// let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    /// let per_minute = [Policy::fixed_window(5, Duration::from_secs(60))?];
+    /// backend.check("one-off", &per_minute, 1).into_inner()?;
+    /// assert_eq!(backend.len(), 1);
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!(backend.sweep_expired(), 1);
+    /// assert!(backend.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn sweep_expired(&self) -> usize {
+        let now = Now {
+            ms: self.inner.clock.now_ms(),
+            explicit: false,
+        };
+        self.sweep_all(|e| now.expired(e))
+    }
+
+    /// Spawns a task on the current tokio runtime that calls
+    /// [`MemoryBackend::sweep_expired`] every `every`, so expired keys go (and their memory
+    /// with them) even when no request comes. The task ends by itself once every clone of
+    /// the backend is dropped; abort the handle to end it sooner. Each pass scans every key
+    /// once, one shard locked at a time: an interval of a second or more suits most
+    /// services.
+    ///
+    /// # Errors
+    /// [`SpawnSweeperError::ZeroInterval`] when `every` is zero;
+    /// [`SpawnSweeperError::NoRuntime`] when called outside a tokio runtime.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use turnstile_core::MemoryBackend;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = MemoryBackend::new();
+    /// let sweeper = backend.spawn_sweeper(Duration::from_secs(1))?;
+    /// # sweeper.abort();
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn spawn_sweeper(
+        &self,
+        every: std::time::Duration,
+    ) -> Result<tokio::task::JoinHandle<()>, SpawnSweeperError> {
+        if every.is_zero() {
+            return Err(SpawnSweeperError::ZeroInterval);
+        }
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| SpawnSweeperError::NoRuntime)?;
+        let backend = std::sync::Arc::downgrade(&self.inner);
+        Ok(runtime.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // The first tick is at once: nothing can have expired yet.
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(inner) = backend.upgrade() else {
+                    break;
+                };
+                MemoryBackend { inner }.sweep_expired();
+            }
+        }))
+    }
+}
+
+/// Why [`MemoryBackend::spawn_sweeper`] could not start a sweeper.
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpawnSweeperError {
+    /// The interval was zero: a sweep needs a period.
+    ZeroInterval,
+    /// There is no tokio runtime on this thread to run the task.
+    NoRuntime,
+}
+
+#[cfg(feature = "tokio")]
+impl std::fmt::Display for SpawnSweeperError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SpawnSweeperError::ZeroInterval => "the sweep interval must be longer than zero",
+            SpawnSweeperError::NoRuntime => {
+                "no tokio runtime on this thread to run the memory sweeper"
+            }
+        })
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl std::error::Error for SpawnSweeperError {}
