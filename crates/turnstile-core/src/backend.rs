@@ -116,8 +116,17 @@ pin_project! {
     #[derive(Debug)]
     pub struct Checked<F> {
         #[pin]
-        fut: Option<F>,
-        early: Option<CheckResult>,
+        inner: CheckedInner<F>,
+    }
+}
+
+pin_project! {
+    #[project = CheckedProj]
+    #[derive(Debug)]
+    enum CheckedInner<F> {
+        Pending { #[pin] fut: F },
+        // `None` once polled to completion.
+        Ready { result: Option<CheckResult> },
     }
 }
 
@@ -125,16 +134,17 @@ impl<F> Checked<F> {
     /// A check answered by the backend's future `fut`.
     pub fn pending(fut: F) -> Self {
         Checked {
-            fut: Some(fut),
-            early: None,
+            inner: CheckedInner::Pending { fut },
         }
     }
 
     /// A check answered at once with `result`.
+    #[inline]
     pub fn ready(result: CheckResult) -> Self {
         Checked {
-            fut: None,
-            early: Some(result),
+            inner: CheckedInner::Ready {
+                result: Some(result),
+            },
         }
     }
 }
@@ -142,11 +152,12 @@ impl<F> Checked<F> {
 impl Checked<Ready<CheckResult>> {
     /// The result of a check whose backend answers at once (the in-memory backend), without
     /// polling: `backend.check(..).into_inner()`.
+    #[inline]
     pub fn into_inner(self) -> CheckResult {
-        match (self.early, self.fut) {
-            (Some(r), _) => r,
-            (None, Some(f)) => f.into_inner(),
-            (None, None) => Err(BackendError::InvalidRequest(
+        match self.inner {
+            CheckedInner::Pending { fut } => fut.into_inner(),
+            CheckedInner::Ready { result: Some(r) } => r,
+            CheckedInner::Ready { result: None } => Err(BackendError::InvalidRequest(
                 "the check was already taken".into(),
             )),
         }
@@ -171,14 +182,13 @@ impl<F: Future<Output = CheckResult>> Future for Checked<F> {
     type Output = CheckResult;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CheckResult> {
-        let this = self.project();
-        if let Some(r) = this.early.take() {
-            return Poll::Ready(r);
-        }
-        match this.fut.as_pin_mut() {
-            Some(f) => f.poll(cx),
-            // Polled after completion: stay pending rather than panic.
-            None => Poll::Pending,
+        match self.project().inner.project() {
+            CheckedProj::Pending { fut } => fut.poll(cx),
+            CheckedProj::Ready { result } => match result.take() {
+                Some(r) => Poll::Ready(r),
+                // Polled after completion: stay pending rather than panic.
+                None => Poll::Pending,
+            },
         }
     }
 }

@@ -32,6 +32,7 @@ pub trait Clock: Send + Sync + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    #[inline]
     fn now_ms(&self) -> u64 {
         static WALL: OnceLock<Wall> = OnceLock::new();
         WALL.get_or_init(Wall::new).now_ms()
@@ -69,10 +70,12 @@ impl Wall {
     }
 
     /// The counter's reading in ns (from an arbitrary origin).
+    #[inline]
     fn counter_ns(&self) -> u64 {
         self.counter.delta_as_nanos(0, self.counter.raw())
     }
 
+    #[inline]
     fn now_ms(&self) -> u64 {
         let t = self.counter_ns();
         self.anchor.now_ms(t, system_ns, || self.counter_ns())
@@ -100,6 +103,7 @@ impl Anchor {
 
     /// The wall clock in ms at counter reading `t` (ns), renewing the offset first when it is
     /// due, with `wall` (the wall clock in ns) and `counter` (the counter in ns).
+    #[inline]
     fn now_ms(&self, t: u64, wall: impl FnOnce() -> u64, counter: impl Fn() -> u64) -> u64 {
         let next = self.next.load(Ordering::Relaxed);
         if t >= next

@@ -70,6 +70,7 @@ impl Algorithm {
 
     /// Whether the algorithm is a bucket (token bucket, GCRA, leaky bucket) and so takes a
     /// `burst`. Window algorithms have a capacity of exactly `limit`.
+    #[inline]
     pub const fn is_bucket(self) -> bool {
         matches!(
             self,
@@ -235,8 +236,11 @@ pub struct Policy {
 /// Policies are equal when their names and parameters are (a burst given explicitly equal
 /// to the limit is the same policy as the default burst).
 impl PartialEq for Policy {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.same_parameters(other)
+        // Copies of one policy share their name: no need to compare its bytes.
+        (Arc::ptr_eq(&self.name, &other.name) || self.name == other.name)
+            && self.same_parameters(other)
     }
 }
 
@@ -407,11 +411,13 @@ impl Policy {
     }
 
     /// The algorithm.
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
 
     /// L: units admitted per period.
+    #[inline]
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -422,12 +428,14 @@ impl Policy {
     }
 
     /// P in milliseconds.
+    #[inline]
     pub fn period_ms(&self) -> u64 {
         self.period_ms
     }
 
     /// B: the bucket capacity in units, for bucket algorithms (defaults to the limit);
     /// `None` for window algorithms.
+    #[inline]
     pub fn burst(&self) -> Option<u64> {
         if self.algorithm.is_bucket() {
             Some(self.burst.unwrap_or(self.limit))
@@ -438,12 +446,14 @@ impl Policy {
 
     /// The most units one request can ever be admitted for: the burst B for buckets, the
     /// limit L for windows. A request costing more is denied with no retry ("never").
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.burst().unwrap_or(self.limit)
     }
 
     /// The policy's name: the one given with [`Policy::with_name`] or `name=`, else the
     /// policy string of its algorithm and parameters (e.g. `fixed-window:limit=5,period=1m`).
+    #[inline]
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -459,6 +469,7 @@ impl Policy {
     }
 
     /// Whether `other` has the same algorithm, limit, period and capacity (names aside).
+    #[inline]
     pub fn same_parameters(&self, other: &Policy) -> bool {
         self.algorithm == other.algorithm
             && self.limit == other.limit
