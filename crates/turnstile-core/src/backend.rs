@@ -122,11 +122,13 @@ pin_project! {
 
 pin_project! {
     #[project = CheckedProj]
+    #[project_replace = CheckedReplace]
     #[derive(Debug)]
     enum CheckedInner<F> {
         Pending { #[pin] fut: F },
-        // `None` once polled to completion.
-        Ready { result: Option<CheckResult> },
+        Ready { result: CheckResult },
+        // Polled to completion.
+        Taken,
     }
 }
 
@@ -139,12 +141,10 @@ impl<F> Checked<F> {
     }
 
     /// A check answered at once with `result`.
-    #[inline]
+    #[inline(always)]
     pub fn ready(result: CheckResult) -> Self {
         Checked {
-            inner: CheckedInner::Ready {
-                result: Some(result),
-            },
+            inner: CheckedInner::Ready { result },
         }
     }
 }
@@ -152,12 +152,12 @@ impl<F> Checked<F> {
 impl Checked<Ready<CheckResult>> {
     /// The result of a check whose backend answers at once (the in-memory backend), without
     /// polling: `backend.check(..).into_inner()`.
-    #[inline]
+    #[inline(always)]
     pub fn into_inner(self) -> CheckResult {
         match self.inner {
+            CheckedInner::Ready { result } => result,
             CheckedInner::Pending { fut } => fut.into_inner(),
-            CheckedInner::Ready { result: Some(r) } => r,
-            CheckedInner::Ready { result: None } => Err(BackendError::InvalidRequest(
+            CheckedInner::Taken => Err(BackendError::InvalidRequest(
                 "the check was already taken".into(),
             )),
         }
@@ -182,13 +182,20 @@ impl<F: Future<Output = CheckResult>> Future for Checked<F> {
     type Output = CheckResult;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CheckResult> {
-        match self.project().inner.project() {
-            CheckedProj::Pending { fut } => fut.poll(cx),
-            CheckedProj::Ready { result } => match result.take() {
-                Some(r) => Poll::Ready(r),
-                // Polled after completion: stay pending rather than panic.
-                None => Poll::Pending,
+        let mut inner = self.project().inner;
+        match inner.as_mut().project() {
+            CheckedProj::Pending { fut } => {
+                let result = std::task::ready!(fut.poll(cx));
+                // `into_inner` after this finds the check taken, rather than polling again.
+                inner.project_replace(CheckedInner::Taken);
+                Poll::Ready(result)
+            }
+            CheckedProj::Ready { .. } => match inner.project_replace(CheckedInner::Taken) {
+                CheckedReplace::Ready { result } => Poll::Ready(result),
+                _ => Poll::Pending,
             },
+            // Polled after completion: stay pending rather than panic.
+            CheckedProj::Taken => Poll::Pending,
         }
     }
 }

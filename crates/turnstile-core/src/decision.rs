@@ -55,6 +55,13 @@ impl SharedPolicy {
     }
 }
 
+impl SharedPolicy {
+    /// [`Policy::identity`] of the policy.
+    pub(crate) fn identity(&self) -> (usize, [u64; 2]) {
+        (**self).identity()
+    }
+}
+
 impl Deref for SharedPolicy {
     type Target = Policy;
 

@@ -229,6 +229,9 @@ pub struct Policy {
     limit: u64,
     period_ms: u64,
     burst: Option<u64>,
+    /// The parameters in two words, compared at once: period ms << 8 | algorithm id, and
+    /// limit << 32 | capacity (each below 2^32; the period below 2^35).
+    params: [u64; 2],
     name: Arc<str>,
     named: bool,
 }
@@ -311,11 +314,20 @@ impl Policy {
                 period_ms,
             });
         }
+        let bucket_capacity = if algorithm.is_bucket() {
+            burst.unwrap_or(limit)
+        } else {
+            limit
+        };
         let mut p = Policy {
             algorithm,
             limit,
             period_ms,
             burst,
+            params: [
+                period_ms << 8 | u64::from(algorithm.id()),
+                limit << 32 | bucket_capacity,
+            ],
             name: Arc::from(""),
             named: false,
         };
@@ -448,7 +460,7 @@ impl Policy {
     /// limit L for windows. A request costing more is denied with no retry ("never").
     #[inline]
     pub fn capacity(&self) -> u64 {
-        self.burst().unwrap_or(self.limit)
+        self.params[1] & u64::from(u32::MAX)
     }
 
     /// The policy's name: the one given with [`Policy::with_name`] or `name=`, else the
@@ -468,13 +480,19 @@ impl Policy {
         self.named
     }
 
+    /// The address of the policy's name and its parameters: equal for copies of one policy
+    /// (the name is shared), so a cache can tell them at once; unequal identities say
+    /// nothing (compare with `==`).
+    #[inline]
+    pub(crate) fn identity(&self) -> (usize, [u64; 2]) {
+        (Arc::as_ptr(&self.name).cast::<u8>() as usize, self.params)
+    }
+
     /// Whether `other` has the same algorithm, limit, period and capacity (names aside).
     #[inline]
     pub fn same_parameters(&self, other: &Policy) -> bool {
-        self.algorithm == other.algorithm
-            && self.limit == other.limit
-            && self.period_ms == other.period_ms
-            && self.capacity() == other.capacity()
+        // Algorithm, limit, period and capacity.
+        self.params == other.params
     }
 
     /// A stable 64-bit fingerprint of the algorithm and parameters (not the name): the same
@@ -652,6 +670,38 @@ pub fn format_duration_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_parameters_are_the_parameters() {
+        for alg in Algorithm::ALL {
+            for (limit, period, burst) in [
+                (1, 1, None),
+                (MAX_LIMIT, 2_097_151, None),
+                (7, 1_000, Some(3)),
+            ] {
+                let burst = burst.filter(|_| alg.is_bucket());
+                let Ok(p) = Policy::from_parts(alg, limit, period, burst) else {
+                    continue;
+                };
+                assert_eq!(p.capacity(), p.burst().unwrap_or(p.limit()), "{p}");
+                let q = Policy::from_parts(alg, limit, period, None).unwrap();
+                assert_eq!(
+                    p.same_parameters(&q),
+                    p.capacity() == q.capacity(),
+                    "{p} {q}"
+                );
+                for other in Algorithm::ALL {
+                    if let Ok(r) = Policy::from_parts(other, limit, period, None) {
+                        assert_eq!(q.same_parameters(&r), alg == other);
+                    }
+                }
+            }
+        }
+        let long = Policy::from_parts(Algorithm::FixedWindow, 1, MAX_PERIOD_MS, None).unwrap();
+        let other = Policy::from_parts(Algorithm::FixedWindow, 1, MAX_PERIOD_MS - 1, None).unwrap();
+        assert!(!long.same_parameters(&other));
+        assert_eq!(long.period_ms(), MAX_PERIOD_MS);
+    }
 
     #[test]
     fn bounds_are_typed_errors() {

@@ -270,6 +270,8 @@ pub(super) struct Policies {
 
 struct Interned {
     policy: SharedPolicy,
+    /// The policy's name's address and its parameters, to tell a copy of it in one look.
+    identity: (usize, [u64; 2]),
     refs: u32,
 }
 
@@ -282,6 +284,16 @@ impl Policies {
         Some(&self.list.get(id.0 as usize)?.as_ref()?.policy)
     }
 
+    /// Whether `id` is `p` (same name and parameters): at once for a copy of the policy
+    /// interned, else by comparing names.
+    #[inline]
+    pub(super) fn is(&self, id: PolicyId, p: &Policy) -> bool {
+        match self.list.get(id.0 as usize) {
+            Some(Some(i)) => i.identity == p.identity() || *i.policy == *p,
+            _ => false,
+        }
+    }
+
     /// The id of `p` (same name and parameters), added if missing (referred to by nothing
     /// yet: see [`Policies::acquire`]).
     pub(super) fn intern(&mut self, p: &Policy) -> PolicyId {
@@ -291,8 +303,10 @@ impl Policies {
         if self.list.len() >= KEEP_UNUSED {
             self.drop_unused();
         }
+        let policy = SharedPolicy::interned(p);
         let interned = Some(Interned {
-            policy: SharedPolicy::interned(p),
+            identity: policy.identity(),
+            policy,
             refs: 0,
         });
         match self.free.pop() {

@@ -105,7 +105,7 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// A query (cost 0) of `key` at `now`, on the same time base.
     fn query(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
-        self.check_inner(
+        self.check_inner::<CheckResult>(
             key,
             limits.defaults(),
             limits.tier_slice(),

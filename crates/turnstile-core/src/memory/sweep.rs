@@ -13,10 +13,10 @@ use super::{MemoryBackend, Shard, ShardCell};
 use crate::clock::Clock;
 
 /// Every this many checks, a thread sweeps a few entries of another shard.
-const ELSEWHERE_EVERY: u32 = 4;
+const ELSEWHERE_EVERY: u32 = 16;
 
-/// How many entries of another shard such a check looks at.
-const SWEEP_ELSEWHERE: usize = 8;
+/// How many entries of another shard such a check looks at (two per check, on average).
+const SWEEP_ELSEWHERE: usize = 32;
 
 /// A map holding more room than this (in entries) shrinks when at most a quarter full; a
 /// smaller one only when empty.
@@ -163,29 +163,34 @@ impl Shard {
 }
 
 impl<C> MemoryBackend<C> {
-    /// Every fourth check of a thread looks at a few entries of the next shard in its
+    /// Every 16th check of a thread looks at a few entries of the next shard in its
     /// round-robin, if some key there may have expired and the shard is free right now
     /// (never waiting, never holding another lock): keys expire from every shard while any
     /// traffic flows. No hashing, no allocation.
     #[inline]
     pub(super) fn sweep_elsewhere(&self, now: Now) {
-        let shards = &self.inner.shards;
-        if shards.len() < 2 {
-            return;
-        }
         let turn = TURN.with(|t| {
             let next = t.get().wrapping_add(1);
             t.set(next);
             next
         });
-        if turn % ELSEWHERE_EVERY != 0 {
+        if turn % ELSEWHERE_EVERY == 0 {
+            self.sweep_other(turn / ELSEWHERE_EVERY, now);
+        }
+    }
+
+    /// The shard `turn` points to, swept if some key there may have expired and it is free.
+    #[inline(never)]
+    fn sweep_other(&self, turn: u32, now: Now) {
+        let shards = &self.inner.shards;
+        if shards.len() < 2 {
             return;
         }
-        let cell = &shards[(turn / ELSEWHERE_EVERY) as usize % shards.len()];
+        let cell = &shards[turn as usize % shards.len()];
         if now.ms < cell.bound[now.base()].load(Ordering::Relaxed) {
             return;
         }
-        if let Ok(mut shard) = cell.shard.try_lock() {
+        if let Some(mut shard) = cell.shard.try_lock() {
             self.sweep(cell, &mut shard, now, SWEEP_ELSEWHERE);
         }
     }
