@@ -1467,3 +1467,76 @@ async fn repaired_by_clear(
         .unwrap();
     assert_eq!(got, want, "{what}: after the repair");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_redis_endpoint_is_a_connection_error_that_says_so() {
+    // Issue 13: an HTTP server on the Redis URL gave "backend script failed: Unexpected
+    // `33`". It is a connection error naming the node ("not a Redis server at ..."): Redis
+    // cannot be reached there, so the failure policy treats it as a Redis that is down.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = sock.read(&mut buf).await;
+                let body = "not found";
+                let reply = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    let b = RedisBackend::builder(url.as_str())
+        .prefix(prefix("http"))
+        .timeout(Duration::from_secs(5))
+        .retry_interval(Duration::ZERO)
+        .build()
+        .unwrap();
+    let pol = [p("token-bucket:limit=5,period=1s,name=t")];
+    let want = format!("not a Redis server at {url}");
+    for attempt in 0..3 {
+        let err = b.check("k", &pol, 1).await.unwrap_err();
+        assert!(
+            matches!(err, BackendError::Connection(_)),
+            "attempt {attempt}: {err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains(&want), "attempt {attempt}: {message}");
+        assert!(
+            !message.contains('\n'),
+            "one line for the logs: {message:?}"
+        );
+        assert!(err.is_unavailable());
+    }
+    let err = b.config("k").await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::Connection(_)) && err.to_string().contains(&want),
+        "{err}"
+    );
+    // The same for a Cluster whose seed node is not Redis.
+    let cluster = RedisBackend::builder(url.as_str())
+        .cluster(true)
+        .prefix(prefix("http"))
+        .timeout(Duration::from_secs(5))
+        .retry_interval(Duration::ZERO)
+        .build()
+        .unwrap();
+    let err = cluster.check("k", &pol, 1).await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::Connection(_)) && err.to_string().contains(&want),
+        "{err}"
+    );
+    // Under the default failure policy the local fallback decides meanwhile.
+    let local = Fallback::new(b.clone(), FailurePolicy::Local);
+    let d = local.check("k", &pol, 1).await.unwrap();
+    assert_eq!((d.allowed(), d.remaining()), (true, 4));
+}

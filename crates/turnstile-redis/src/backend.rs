@@ -16,7 +16,7 @@ use turnstile_core::{
 };
 
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
-use crate::script::{check_args, parse_config, parse_reply, Op, Sets};
+use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
 /// times are not the server's time, so a TTL derived from them could expire state mid-run.
@@ -184,8 +184,8 @@ impl<C: Clock> RedisBackend<C> {
             min_ttl,
         )?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let reply: Vec<redis::Value> = self.invoke(&inv).await?;
-        parse_reply(&reply, sets)
+        let reply: redis::Value = self.invoke(&inv).await?;
+        parse_reply(&array(reply, "check")?, sets)
     }
 
     async fn invoke<T: redis::FromRedisValue>(
@@ -203,8 +203,11 @@ impl<C: Clock> RedisBackend<C> {
                 let mut conn = match cached {
                     Some(c) => c,
                     None => {
-                        let c =
-                            deadpool_redis::Connection::take(pool.get().await.map_err(pool_error)?);
+                        let c = deadpool_redis::Connection::take(
+                            pool.get()
+                                .await
+                                .map_err(|e| pool_error(e, &self.inner.node))?,
+                        );
                         *lock() = Some(c.clone());
                         c
                     }
@@ -218,12 +221,17 @@ impl<C: Clock> RedisBackend<C> {
                         // A broken connection: the next call makes a new one.
                         *lock() = None;
                     }
-                    redis_error(e)
+                    redis_error(e, &self.inner.node)
                 })
             }
             Pool::Cluster(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                inv.invoke_async(&mut conn).await.map_err(redis_error)
+                let mut conn = pool
+                    .get()
+                    .await
+                    .map_err(|e| pool_error(e, &self.inner.node))?;
+                inv.invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| redis_error(e, &self.inner.node))
             }
         }
     }
@@ -275,8 +283,8 @@ impl<C: Clock> RedisBackend<C> {
         for a in args {
             inv.arg(*a);
         }
-        let reply: Vec<redis::Value> = self.timed(self.invoke(&inv)).await?;
-        parse_config(&reply, key)
+        let reply: redis::Value = self.timed(self.invoke(&inv)).await?;
+        parse_config(&array(reply, "configuration")?, key)
     }
 
     /// Deletes every key under this backend's prefix (`SCAN` + `UNLINK`, single node only;
@@ -289,7 +297,10 @@ impl<C: Clock> RedisBackend<C> {
         let Pool::Single { pool, .. } = &self.inner.pool else {
             return Ok(0);
         };
-        let mut conn = pool.get().await.map_err(pool_error)?;
+        let mut conn = pool
+            .get()
+            .await
+            .map_err(|e| pool_error(e, &self.inner.node))?;
         let pattern = format!("{}:*", self.inner.prefix);
         let mut cursor: u64 = 0;
         let mut deleted = 0;
@@ -302,13 +313,13 @@ impl<C: Clock> RedisBackend<C> {
                 .arg(1000)
                 .query_async(&mut conn)
                 .await
-                .map_err(redis_error)?;
+                .map_err(|e| redis_error(e, &self.inner.node))?;
             if !keys.is_empty() {
                 let n: u64 = redis::cmd("UNLINK")
                     .arg(&keys)
                     .query_async(&mut conn)
                     .await
-                    .map_err(redis_error)?;
+                    .map_err(|e| redis_error(e, &self.inner.node))?;
                 deleted += n;
             }
             if next == 0 {
@@ -373,9 +384,10 @@ pub(crate) fn plain_sets(policies: &[Policy]) -> Sets<'_> {
     }
 }
 
-pub(crate) fn pool_error(e: deadpool_redis::PoolError) -> BackendError {
+/// The error of taking a connection to `node` from the pool.
+pub(crate) fn pool_error(e: deadpool_redis::PoolError, node: &str) -> BackendError {
     match e {
-        deadpool_redis::PoolError::Backend(e) => redis_error(e),
+        deadpool_redis::PoolError::Backend(e) => redis_error(e, node),
         deadpool_redis::PoolError::Timeout(_) => BackendError::Timeout {
             after: Duration::ZERO,
         },
@@ -383,7 +395,39 @@ pub(crate) fn pool_error(e: deadpool_redis::PoolError) -> BackendError {
     }
 }
 
-pub(crate) fn redis_error(e: RedisError) -> BackendError {
+/// Whether `e` says the reply was not the Redis protocol (RESP). Scripts' replies are taken
+/// as [`redis::Value`], so no conversion of a reply raises a parse error of its own. A
+/// Cluster's seed connections report their errors as text only (an I/O error "Failed to
+/// create initial connections" whose detail is the last node's error): there, the decoder's
+/// "Parse error at" is the sign.
+fn is_not_redis(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Parse
+        || (e.kind() == redis::ErrorKind::Io
+            && e.detail().is_some_and(|d| d.contains("Parse error at")))
+}
+
+/// The error of a call to `node` (as [`RedisBackend::node`] names it).
+///
+/// A reply that is not the Redis protocol (RESP) means something else listens there (an HTTP
+/// server on the Redis port, say): a [`BackendError::Connection`] saying so, since no Redis
+/// can be reached there.
+pub(crate) fn redis_error(e: RedisError, node: &str) -> BackendError {
+    if is_not_redis(&e) {
+        // redis-rs's parse errors span lines: keep the message on one.
+        let why = e.to_string();
+        let why: Vec<&str> = why
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        return BackendError::Connection(
+            format!(
+                "not a Redis server at {node}: its reply is not the Redis protocol ({})",
+                why.join("; ")
+            )
+            .into(),
+        );
+    }
     if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
         return BackendError::Connection(Box::new(e));
     }

@@ -158,6 +158,19 @@ fn bad(what: &str) -> BackendError {
     BackendError::Script(format!("unexpected reply from the check script: {what}"))
 }
 
+/// A script's reply as the array every script returns.
+///
+/// # Errors
+/// [`BackendError::Script`] for any other reply.
+pub(crate) fn array(reply: Value, script: &str) -> Result<Vec<Value>, BackendError> {
+    match reply {
+        Value::Array(v) => Ok(v),
+        other => Err(BackendError::Script(format!(
+            "unexpected reply from the {script} script: {other:?} is not an array"
+        ))),
+    }
+}
+
 fn int(v: &Value) -> Result<i64, BackendError> {
     match v {
         Value::Int(i) => Ok(*i),
@@ -471,6 +484,15 @@ mod tests {
             let err = parse_config(&reply, "k").unwrap_err();
             assert!(matches!(err, BackendError::InvalidState(_)), "{o:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_reply_that_is_not_an_array_is_a_script_error() {
+        for v in [Value::Nil, Value::Int(1), Value::Okay] {
+            let err = array(v, "check").unwrap_err();
+            assert!(matches!(err, BackendError::Script(_)), "{err}");
+        }
+        assert_eq!(array(Value::Array(vec![]), "check").unwrap(), vec![]);
     }
 
     #[test]
