@@ -52,7 +52,16 @@ pub(crate) enum Pool {
 /// [`BackendError::Connection`] naming the node, then tries it again. What a request gets
 /// then is the caller's failure policy (`turnstile_core::FailurePolicy`: the tower layer
 /// falls back to a local limiter by default); the local deny cache is
-/// `turnstile_core::wrap::DenyCache`.
+/// `turnstile_core::wrap::DenyCache`. An endpoint that answers something other than the
+/// Redis protocol (an HTTP server on the Redis port) is a [`BackendError::Connection`]
+/// saying "not a Redis server at `<node>`".
+///
+/// Everything read from Redis is parsed strictly (see `lua/prelude.lua`): a key holding
+/// anything the scripts do not write — a hand edit, `0x10`, `1e3`, a key of another type —
+/// is a [`BackendError::InvalidState`] naming it. `Quotas::reset` forgets whatever a key's
+/// policies' state holds, and `Quotas::clear_config` whatever its configuration holds (a
+/// configuration that cannot be read fails every other operation, a reset included, since
+/// which policies apply is unknown).
 ///
 /// # Examples
 /// ```no_run
@@ -255,9 +264,10 @@ impl<C: Clock> RedisBackend<C> {
     /// # Errors
     /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names, an
     /// algorithm the Redis scripts do not implement or a time beyond 2^53 − 1;
-    /// [`BackendError::Connection`] when Redis cannot be reached;
+    /// [`BackendError::Connection`] when Redis cannot be reached (or the endpoint is not
+    /// Redis);
     /// [`BackendError::Script`] for an error reply; [`BackendError::InvalidState`] when a key
-    /// holds something the script cannot read.
+    /// holds something the script cannot read (`Quotas::reset` forgets it).
     pub async fn check_on_redis(
         &self,
         key: &str,
