@@ -30,6 +30,12 @@
 -- 0) is any state written. When the request is denied, the policies that would have
 -- admitted report their fields as if nothing were consumed.
 --
+-- Errors (error replies change nothing): TURNSTILE_ARGS for malformed arguments;
+-- TURNSTILE_INVALID_STATE when the configuration cannot be read (every operation: which
+-- policies apply is unknown; config.lua's 'clear' removes it) or, for check and refund, a
+-- policy's state cannot (see load). reset reads no state: it deletes whatever the applying
+-- policies' keys hold, so it repairs a key holding garbage.
+--
 -- Returns {now, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited), tier name
 -- or '', version, N, then per policy: alg, L, P, B, name, allowed, remaining, retry whole
 -- ms (-1: never), retry num, retry den, reset whole, num, den, delay whole, num, den}: each
@@ -39,26 +45,30 @@
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = nat(t[1]) * 1000 + divmod(nat(t[2]), 1000)
 else
   now = nat(ARGV[1])
 end
 local cost, min_ttl, sets = nat(ARGV[2]), nat(ARGV[3]), nat(ARGV[7])
 local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
-if not now or not cost or not min_ttl or not sets then
+if not now or not cost or not min_ttl or not sets
+   or (op ~= 'check' and op ~= 'refund' and op ~= 'reset') then
   return redis.error_reply('TURNSTILE_ARGS malformed arguments')
 end
 
-local function policy(alg, L, P, B, name)
-  local p = {alg = nat(alg), L = nat(L), P = nat(P), B = nat(B), name = name}
-  if not p.alg or not ALG[p.alg] or not p.L or not p.P or not p.B or p.L < 1 or p.P < 1
-     or p.B < 1 or not name or name == '' then
-    return nil
-  end
+-- A policy with its keys: ARGV's parts (text) or an override's (see parse_override).
+local function keyed(p)
   p.params = int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B)
-  p.key = base .. ':' .. name
-  p.logkey = base .. '~log:' .. name
+  p.key = base .. ':' .. p.name
+  p.logkey = base .. '~log:' .. p.name
   return p
+end
+
+local function policy(alg, L, P, B, name)
+  local p = policy_of(nat(alg), nat(L), nat(P), nat(B))
+  if not p or not valid_name(name) then return nil end
+  p.name = name
+  return keyed(p)
 end
 
 -- The policy sets of the arguments.
@@ -78,24 +88,21 @@ for s = 1, sets do
   if s == 1 then defaults = set else tiers[tier] = set end
 end
 
--- Which policies apply: the override, else the tier, else the unconfigured behaviour.
-local cfg = redis.call('HMGET', KEYS[1], 'o', 't', 'v')
+-- The key's configuration. One that cannot be read decides nothing, not even a reset (which
+-- policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes it.
+local cfg, problem = read_config(KEYS[1])
+if not problem then problem = config_problem(cfg) end
+if problem then
+  return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. KEYS[1] .. ': '
+    .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
+end
 local version = nat(cfg[3] or '0')
-if not version then return redis.error_reply('TURNSTILE_INVALID_STATE invalid version at ' .. KEYS[1]) end
+
+-- Which policies apply: the override, else the tier, else the unconfigured behaviour.
 local policies, applied, tier_name = nil, 0, ''
 if cfg[1] then
-  policies, applied = {}, 1
-  for line in string.gmatch(cfg[1], '[^\n]+') do
-    local a, l, pp, b, name = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (.+)$')
-    local p = a and policy(a, l, pp, b, name)
-    if not p then
-      return redis.error_reply('TURNSTILE_INVALID_STATE invalid override at ' .. KEYS[1])
-    end
-    policies[#policies + 1] = p
-  end
-  if #policies == 0 then
-    return redis.error_reply('TURNSTILE_INVALID_STATE empty override at ' .. KEYS[1])
-  end
+  policies, applied = parse_override(cfg[1]), 1
+  for _, p in ipairs(policies) do keyed(p) end
 elseif cfg[2] and tiers[cfg[2]] then
   policies, applied, tier_name = tiers[cfg[2]], 2, cfg[2]
 elseif mode == 'deny' then
@@ -106,7 +113,9 @@ else
   policies = defaults
 end
 
-if op ~= 'check' then
+-- A refund or a reset bumps the key's version, once every state it needs was read (an
+-- error reply changes nothing).
+local function bump()
   version = redis.call('HINCRBY', KEYS[1], 'v', 1)
   if not cfg[1] and not cfg[2] then
     -- A version alone is kept a day: long enough for anyone holding the old one to see it.
@@ -133,7 +142,10 @@ local function reply(results)
   return out
 end
 
-if not policies then return reply({}) end
+if not policies then
+  if op ~= 'check' then bump() end
+  return reply({})
+end
 
 -- The state of p, in p's terms: a state stored under other parameters carries over.
 local function carry(q, p, st, t)
@@ -165,16 +177,27 @@ local function carry(q, p, st, t)
     if written + 1 == w then return {updated = t, w = w, cur = 0, prev = total} end
     return fresh()
   elseif q.alg == 5 and p.alg == 5 then
+    -- The log as it is, unless every entry expired under q (the key's reset_after elapsed:
+    -- it is fresh, though not dropped yet); a longer period must not revive it.
+    local newest, _, err = log_newest(p, st)
+    if err then return err end
+    if not newest and st.total > 0 then return bad(p.logkey, 'no log') end
+    if not newest or t - newest >= q.P then return fresh() end
     return st
   end
   return fresh()
 end
 
+-- The stored state of p at p.key, in p's terms, or an error ({err = ...}) when the key holds
+-- anything the scripts do not write: another type, other fields, a number that is not one
+-- (see nat), a state no sequence of requests leaves. Sets p.carried when the state was
+-- written under other parameters (and carried over).
 local function load(p)
-  local raw = redis.call('GET', p.key)
+  local raw, err = read(p.key, 'GET', p.key)
+  if err then return err end
   if not raw then return ALG[p.alg].fresh() end
-  local parts = split(raw, '|')
-  local q = parse_params(parts[1] or '')
+  local parts = fields(raw, '|')
+  local q = parse_params(parts[1])
   if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(p.key) end
   local nums = {}
   for i = 2, #parts do
@@ -183,15 +206,16 @@ local function load(p)
   end
   local st = ALG[q.alg].parse(q, nums)
   if not st then return bad(p.key) end
-  if parts[1] == p.params then return st end
+  if q.alg == p.alg and q.L == p.L and q.P == p.P and q.B == p.B then return st end
   local t = now
   if st.updated > t then t = st.updated end
+  p.carried = true
   return carry(q, p, st, t)
 end
 
 local function save(p, st, t, ttl)
   store(p.key, p.params .. '|' .. ALG[p.alg].encode(st), ttl)
-  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
+  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, int(ttl)) end
 end
 
 local function ttl_of(reset)
@@ -202,21 +226,39 @@ local function ttl_of(reset)
 end
 
 local states = {}
-for i, p in ipairs(policies) do
-  local st = load(p)
-  if st.err then return redis.error_reply(st.err) end
-  -- A clock earlier than the key's last update: use the last update's time.
-  p.now = now
-  if st.updated > now then p.now = st.updated end
-  states[i] = st
+if op == 'reset' then
+  -- Forget whatever the keys hold, garbage included: nothing is read.
+  for i, p in ipairs(policies) do
+    redis.call('DEL', p.key, p.logkey)
+    states[i] = ALG[p.alg].fresh()
+    p.now = now
+  end
+  bump()
+else
+  for i, p in ipairs(policies) do
+    local st = load(p)
+    if st.err then return redis.error_reply(st.err) end
+    -- A clock earlier than the key's last update: use the last update's time.
+    p.now = now
+    if st.updated > now then p.now = st.updated end
+    states[i] = st
+  end
 end
 
-if op == 'reset' then
-  for _, p in ipairs(policies) do redis.call('DEL', p.key, p.logkey) end
-  for i, p in ipairs(policies) do states[i] = ALG[p.alg].fresh() end
-elseif op == 'refund' then
+if op == 'refund' then
+  -- Read every state (a sliding log's entries too) before anything changes.
   for i, p in ipairs(policies) do
-    local st = ALG[p.alg].refund(p, states[i], p.now, cost)
+    local r = ALG[p.alg].decide(p, states[i], p.now, 0)
+    if r.err then return redis.error_reply(r.err) end
+  end
+  bump()
+  -- As turnstile-core's refund: a carried-over state is stored (the old parameters' state is
+  -- gone), then cost units go back, if there are any to give (refund returns nil when there
+  -- is nothing: another window, an empty log). A state with nothing left in use is dropped.
+  for i, p in ipairs(policies) do
+    local st = nil
+    if cost > 0 then st = ALG[p.alg].refund(p, states[i], p.now, cost) end
+    if not st and p.carried then st = states[i] end
     if st then
       local r = ALG[p.alg].decide(p, st, p.now, 0)
       if r.err then return redis.error_reply(r.err) end

@@ -28,8 +28,13 @@ pub const CHECK_SCRIPT: &str = concat!(
     include_str!("../lua/check.lua"),
 );
 
-/// The Lua source of the configuration script (`lua/config.lua`).
-pub const CONFIG_SCRIPT: &str = include_str!("../lua/config.lua");
+/// The Lua source of the configuration script: `lua/prelude.lua` and `lua/config.lua`,
+/// concatenated in that order.
+pub const CONFIG_SCRIPT: &str = concat!(
+    include_str!("../lua/prelude.lua"),
+    "\n",
+    include_str!("../lua/config.lua"),
+);
 
 pub(crate) fn check_script() -> Script {
     Script::new(CHECK_SCRIPT)
@@ -151,6 +156,19 @@ const PER_POLICY: usize = 16;
 
 fn bad(what: &str) -> BackendError {
     BackendError::Script(format!("unexpected reply from the check script: {what}"))
+}
+
+/// A script's reply as the array every script returns.
+///
+/// # Errors
+/// [`BackendError::Script`] for any other reply.
+pub(crate) fn array(reply: Value, script: &str) -> Result<Vec<Value>, BackendError> {
+    match reply {
+        Value::Array(v) => Ok(v),
+        other => Err(BackendError::Script(format!(
+            "unexpected reply from the {script} script: {other:?} is not an array"
+        ))),
+    }
 }
 
 fn int(v: &Value) -> Result<i64, BackendError> {
@@ -299,6 +317,15 @@ pub(crate) fn encode_override(policies: &[Policy]) -> Result<String, BackendErro
     Ok(lines.join("\n"))
 }
 
+/// A non-negative integer as the scripts store it: decimal digits only, at most 2^53 − 1 (the
+/// scripts' `nat` in `lua/prelude.lua`). `u64::from_str` alone would also take `+5`.
+fn stored_integer(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|n| *n <= MAX_EXACT)
+}
+
 /// Parses the configuration script's reply.
 pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, BackendError> {
     let [o, t, v] = reply else {
@@ -315,7 +342,7 @@ pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, Back
         let mut ps = Vec::new();
         for line in o.split('\n') {
             let mut f = line.splitn(5, ' ');
-            let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
+            let mut num = || f.next().and_then(stored_integer);
             let (a, l, p, b) = (num(), num(), num(), num());
             let name = f.next();
             let (Some(a), Some(l), Some(p), Some(b), Some(name)) = (a, l, p, b, name) else {
@@ -329,6 +356,9 @@ pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, Back
             })?;
             ps.push(policy);
         }
+        turnstile_core::quota::validate_policy_set(&ps).map_err(|why| {
+            BackendError::InvalidState(format!("the stored override of {key:?} is invalid: {why}"))
+        })?;
         Some(ps)
     };
     Ok(KeyConfig::new(policies, (!t.is_empty()).then_some(t), v))
@@ -407,6 +437,62 @@ mod tests {
         let err = parse_reply(&reply, sets).unwrap_err();
         assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
         assert!(err.to_string().contains("algorithm id 7"), "{err}");
+    }
+
+    #[test]
+    fn stored_integers_are_digits_only_up_to_2_53_minus_1() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("007", Some(7)),
+            ("9007199254740991", Some(MAX_EXACT)),
+            ("9007199254740992", None),
+            ("+1", None),
+            ("-0", None),
+            (" 1", None),
+            ("1 ", None),
+            ("0x10", None),
+            ("1e3", None),
+            ("1.0", None),
+            ("inf", None),
+            ("", None),
+            ("١", None), // an Arabic-Indic digit
+        ] {
+            assert_eq!(stored_integer(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn stored_overrides_are_read_as_strictly_as_the_scripts_read_them() {
+        // The same refusals as parse_override in lua/prelude.lua.
+        for o in [
+            "+1 5 1000 5 t",
+            "1 5 +1000 5 t",
+            "1 5 1000 5",
+            "1 5 1000 5 ",
+            "1 5 1000 5 t\n",
+            "1 5 1000 5 t\n\n1 5 1000 5 u",
+            "1 5 1000 5 t\n1 5 1000 5 t",
+            "1 5 1000 5 a\"b",
+            "4 5 1000 6 w",
+            "1 4294967295 31536000000 4294967295 t",
+        ] {
+            let reply = [
+                Value::BulkString(o.as_bytes().to_vec()),
+                Value::BulkString(Vec::new()),
+                Value::Int(1),
+            ];
+            let err = parse_config(&reply, "k").unwrap_err();
+            assert!(matches!(err, BackendError::InvalidState(_)), "{o:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_reply_that_is_not_an_array_is_a_script_error() {
+        for v in [Value::Nil, Value::Int(1), Value::Okay] {
+            let err = array(v, "check").unwrap_err();
+            assert!(matches!(err, BackendError::Script(_)), "{err}");
+        }
+        assert_eq!(array(Value::Array(vec![]), "check").unwrap(), vec![]);
     }
 
     #[test]
