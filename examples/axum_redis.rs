@@ -9,14 +9,22 @@
 //!
 //! With `--config FILE` the file's key, rules, policies and tiers (see
 //! `examples/turnstile.toml`) replace `--algorithm`, `--limit`, `--period`, `--burst` and
-//! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`), where given,
-//! take the place of `--redis-url`, `--prefix` and `--failure`.
+//! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`, `tls_ca`,
+//! `tls_cert`, `tls_key`), where given, take the place of `--redis-url`, `--prefix`,
+//! `--failure`, `--tls-ca`, `--tls-cert` and `--tls-key`.
+//!
+//! Over TLS, with a private CA and a client certificate (mutual TLS):
+//!
+//! ```text
+//! cargo run -p turnstile-examples --example axum_redis -- --redis-url rediss://redis.internal:6380 \
+//!     --tls-ca ca.pem --tls-cert client.pem --tls-key client.key
+//! ```
 
 #[path = "common.rs"]
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::{routing::get, Router};
@@ -26,7 +34,7 @@ use turnstile::config::LayerConfig;
 use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
 use turnstile::wrap::DenyCache;
 use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
-use turnstile_redis::RedisBackend;
+use turnstile_redis::{RedisBackend, RedisBackendBuilder};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited through Redis.
 #[derive(Parser, Debug)]
@@ -37,6 +45,16 @@ struct Args {
     /// Redis URL (several comma-separated URLs for a Cluster).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// With a rediss:// URL: the PEM file of the CA certificate(s) that verify Redis, in
+    /// place of the system trust store.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// With a rediss:// URL: the PEM file of a client certificate, for mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM file of --tls-cert's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Key prefix in Redis (no braces).
     #[arg(long, default_value = turnstile_redis::DEFAULT_PREFIX)]
     prefix: String,
@@ -117,9 +135,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         policy = policy.with_burst(burst)?;
     }
     let policy = policy.with_name("per-client")?;
-    let redis = RedisBackend::builder(args.redis_url.as_str())
-        .prefix(args.prefix.as_str())
-        .build()?;
+    let redis = with_tls(
+        RedisBackend::builder(args.redis_url.as_str()),
+        args.tls_ca.as_deref(),
+        args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+    )
+    .prefix(args.prefix.as_str())
+    .build()?;
     // Repeated denials are answered on this node without asking Redis again.
     let layer = RateLimitLayer::builder()
         .policy(policy.clone())
@@ -160,8 +182,17 @@ async fn serve_config(
     let b = config.backend();
     let redis_url = b.url().unwrap_or(&args.redis_url).to_owned();
     let failure = b.failure_setting().unwrap_or(args.failure);
-    let mut redis =
-        RedisBackend::builder(redis_url.as_str()).prefix(b.prefix().unwrap_or(&args.prefix));
+    // The file's TLS files go with the file's url; else the flags' go with --redis-url.
+    let (ca, client) = if b.url().is_some() {
+        (b.tls_ca(), b.tls_client_cert())
+    } else {
+        (
+            args.tls_ca.as_deref(),
+            args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+        )
+    };
+    let mut redis = with_tls(RedisBackend::builder(redis_url.as_str()), ca, client)
+        .prefix(b.prefix().unwrap_or(&args.prefix));
     if let Some(timeout) = b.timeout() {
         redis = redis.timeout(timeout);
     }
@@ -184,6 +215,21 @@ async fn serve_config(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );
     serve(listener, app).await
+}
+
+/// `builder` with a CA file and a client certificate, where given.
+fn with_tls(
+    mut builder: RedisBackendBuilder,
+    ca: Option<&Path>,
+    client: Option<(&Path, &Path)>,
+) -> RedisBackendBuilder {
+    if let Some(ca) = ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let Some((cert, key)) = client {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    builder
 }
 
 async fn serve(

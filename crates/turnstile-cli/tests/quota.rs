@@ -256,3 +256,75 @@ fn quota_rm_repairs_a_garbage_configuration() {
         );
     }
 }
+
+#[test]
+fn quota_over_tls_with_a_ca_and_a_client_certificate() {
+    use turnstile_tests::redis_server::RedisServer;
+    use turnstile_tests::tls::TestPki;
+
+    let pki = TestPki::generate();
+    let args = pki.server_args(true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_tls(&args);
+    let url = server.url();
+    let ca = pki.path("ca.pem").display().to_string();
+    let cert = pki.path("client.pem").display().to_string();
+    let key = pki.path("client.key").display().to_string();
+    let run = |tls: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args([
+                "quota",
+                "--redis-url",
+                &url,
+                "--prefix",
+                "turnstile:cli-tls",
+            ])
+            .args(tls)
+            .args([
+                "peek",
+                "alice",
+                "--policy",
+                "fixed-window:limit=3,period=1h",
+            ])
+            .output()
+            .expect("the turnstile binary runs")
+    };
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // The CA and the client certificate: the quota, as on a plain Redis.
+    let v = json(&run(&[
+        "--tls-ca",
+        &ca,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]));
+    assert_eq!(
+        (v["applied"].as_str(), v["remaining"].as_u64()),
+        (Some("defaults"), Some(3))
+    );
+    // Without the client certificate the server refuses the connection.
+    let o = run(&["--tls-ca", &ca]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("CertificateRequired"), "{}", stderr(&o));
+    // Without the CA the server is not trusted (the system store does not hold it).
+    let o = run(&["--tls-cert", &cert, "--tls-key", &key]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("UnknownIssuer"), "{}", stderr(&o));
+    // A key without its certificate is a usage error (exit 2), before anything runs.
+    let o = run(&["--tls-ca", &ca, "--tls-key", &key]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--tls-cert"), "{}", stderr(&o));
+    // A file that is not a CA certificate: a configuration error naming the file.
+    let o = run(&["--tls-ca", &key, "--tls-cert", &cert, "--tls-key", &key]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("invalid Redis TLS settings")
+            && stderr(&o).contains("holds no certificate")
+            && stderr(&o).contains(&key),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("panicked"));
+}
