@@ -422,7 +422,10 @@ async fn issue12_a_cluster_connection_that_cannot_be_set_up_is_a_connection_erro
     let wrong = builder(&with("wrong")).build().unwrap();
     for key in ["a", "b", "c"] {
         let r = wrong.check_on_redis(key, &[policy()], 1, None).await;
-        assert!(matches!(r, Err(BackendError::Connection(_))), "{key}: {r:?}");
+        assert!(
+            matches!(r, Err(BackendError::Connection(_))),
+            "{key}: {r:?}"
+        );
     }
     let right = builder(&with("secret")).build().unwrap();
     for i in 0..10 {
