@@ -57,35 +57,48 @@ if not now or not cost or not min_ttl or not sets
 end
 
 -- A policy with its keys: ARGV's parts (text) or an override's (see parse_override).
-local function keyed(p)
-  p.params = int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B)
+-- params is the text its state begins with: the arguments as they came when they are
+-- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
+local function keyed(p, params)
+  p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
   p.key = base .. ':' .. p.name
   p.logkey = base .. '~log:' .. p.name
   return p
 end
 
-local function policy(alg, L, P, B, name)
-  local p = policy_of(nat(alg), nat(L), nat(P), nat(B))
-  if not p or not valid_name(name) then return nil end
-  p.name = name
-  return keyed(p)
-end
-
--- The policy sets of the arguments.
-local defaults, tiers = nil, {}
-local at = 8
-for s = 1, sets do
-  local tier, n = ARGV[at], nat(ARGV[at + 1])
-  if not tier or not n then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. s) end
-  at = at + 2
+-- The n policies of the set whose first policy is at ARGV[at] (5 arguments each), or nil
+-- and the index of the first malformed one.
+local function policies_at(at, n)
   local set = {}
   for i = 1, n do
-    local p = policy(ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
-    if not p then return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. i) end
-    set[i] = p
+    local a, L, P, B, name = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+    local p = policy_of(nat(a), nat(L), nat(P), nat(B))
+    if not p or not valid_name(name) then return nil, i end
+    p.name = name
+    local params
+    if string.byte(a, 1) ~= 48 and string.byte(L, 1) ~= 48 and string.byte(P, 1) ~= 48
+       and string.byte(B, 1) ~= 48 then
+      params = a .. '.' .. L .. '.' .. P .. '.' .. B
+    end
+    set[i] = keyed(p, params)
     at = at + 5
   end
-  if s == 1 then defaults = set else tiers[tier] = set end
+  return set
+end
+
+-- Where the policies of the set of tier begin in ARGV (tier nil: the defaults, the first
+-- set) and their count; false when no set has that tier; nil and the set's index for a
+-- malformed set. Only the set that applies is parsed: the others are skipped by their
+-- counts alone.
+local function find_set(tier)
+  local at = 8
+  for s = 1, sets do
+    local name, n = ARGV[at], nat(ARGV[at + 1])
+    if not name or not n then return nil, s end
+    if (s == 1 and not tier) or (s > 1 and name == tier) then return at + 2, n end
+    at = at + 2 + 5 * n
+  end
+  return false
 end
 
 -- The key's configuration. One that cannot be read decides nothing, not even a reset (which
@@ -103,14 +116,30 @@ local policies, applied, tier_name = nil, 0, ''
 if cfg[1] then
   policies, applied = parse_override(cfg[1]), 1
   for _, p in ipairs(policies) do keyed(p) end
-elseif cfg[2] and tiers[cfg[2]] then
-  policies, applied, tier_name = tiers[cfg[2]], 2, cfg[2]
-elseif mode == 'deny' then
-  applied = 3
-elseif mode == 'allow' then
-  applied = 4
 else
-  policies = defaults
+  local at, n
+  if cfg[2] then
+    at, n = find_set(cfg[2])
+    if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
+    if at then applied, tier_name = 2, cfg[2] end
+  end
+  if not at then
+    if mode == 'deny' then
+      applied = 3
+    elseif mode == 'allow' then
+      applied = 4
+    else
+      at, n = find_set(nil)
+      if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
+    end
+  end
+  if at then
+    local bad_at
+    policies, bad_at = policies_at(at, n)
+    if not policies then
+      return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. bad_at)
+    end
+  end
 end
 
 -- A refund or a reset bumps the key's version, once every state it needs was read (an
@@ -124,20 +153,20 @@ local function bump()
 end
 
 local function reply(results)
-  local out = {now, applied, tier_name, version, #results}
+  local out, o = {now, applied, tier_name, version, #results}, 5
   for i = 1, #results do
     local p, r = policies[i], results[i]
-    for _, v in ipairs({p.alg, p.L, p.P, p.B, p.name, r.allowed, r.remaining}) do
-      out[#out + 1] = v
-    end
-    if r.retry then
-      out[#out + 1] = r.retry[1]; out[#out + 1] = r.retry[2]; out[#out + 1] = r.retry[3]
+    local retry, reset, delay = r.retry, r.reset, r.delay
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = p.alg, p.L, p.P, p.B
+    out[o + 5], out[o + 6], out[o + 7] = p.name, r.allowed, r.remaining
+    if retry then
+      out[o + 8], out[o + 9], out[o + 10] = retry[1], retry[2], retry[3]
     else
-      out[#out + 1] = -1; out[#out + 1] = 0; out[#out + 1] = 1
+      out[o + 8], out[o + 9], out[o + 10] = -1, 0, 1
     end
-    for _, d in ipairs({r.reset, r.delay}) do
-      out[#out + 1] = d[1]; out[#out + 1] = d[2]; out[#out + 1] = d[3]
-    end
+    out[o + 11], out[o + 12], out[o + 13] = reset[1], reset[2], reset[3]
+    out[o + 14], out[o + 15], out[o + 16] = delay[1], delay[2], delay[3]
+    o = o + 16
   end
   return out
 end
@@ -195,7 +224,27 @@ end
 local function load(p)
   local raw, err = read(p.key, 'GET', p.key)
   if err then return err end
-  if not raw then return ALG[p.alg].fresh() end
+  local a = ALG[p.alg]
+  if not raw then return a.fresh() end
+  -- The common case: written under p's own parameters (as p.params spells them), then
+  -- exactly a.fields numbers, each digits only (so tonumber reads it in decimal, as nat).
+  local pre = #p.params
+  if string.sub(raw, 1, pre + 1) == p.params .. '|' then
+    local n1, n2, n3, n4 = string.match(raw, STATE_FIELDS[a.fields], pre + 2)
+    if n1 then
+      local nums = {tonumber(n1), tonumber(n2), n3 and tonumber(n3), n4 and tonumber(n4)}
+      local ok = true
+      for i = 1, a.fields do
+        if nums[i] > MAX_EXACT then ok = false end
+      end
+      if ok then
+        local st = a.parse(p, nums)
+        if not st then return bad(p.key) end
+        return st
+      end
+    end
+  end
+  -- Anything else: parameters written otherwise (carried over), or not a state at all.
   local parts = fields(raw, '|')
   local q = parse_params(parts[1])
   if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(p.key) end

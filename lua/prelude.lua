@@ -78,6 +78,13 @@ local function fields(s, sep)
   end
 end
 
+-- A state's numbers after its parameters, by their count: digits only, '|' between them.
+local STATE_FIELDS = {
+  [2] = '^(%d+)|(%d+)$',
+  [3] = '^(%d+)|(%d+)|(%d+)$',
+  [4] = '^(%d+)|(%d+)|(%d+)|(%d+)$',
+}
+
 -- The error of a policy's state that cannot be read (at key: its state or its log). A reset
 -- forgets it.
 local function bad(key, why)
@@ -181,4 +188,14 @@ local function result(allowed, remaining, retry, reset, delay)
           delay = delay or ZERO}
 end
 
-local ALG = {}
+-- The algorithms by id: ALG[id] is built by MAKE[id] the first time a call uses it, so a
+-- call creates the functions of the algorithms it runs, not of all six (with EVALSHA the
+-- whole script runs again on every call).
+local MAKE = {}
+local ALG = setmetatable({}, {__index = function(t, id)
+  local make = MAKE[id]
+  if not make then return nil end
+  local a = make()
+  rawset(t, id, a)
+  return a
+end})

@@ -35,7 +35,7 @@ local function log_newest(p, st)
   return log_entry(p, st, s)
 end
 
-ALG[5] = {
+MAKE[5] = function() return {
   fields = 2,
   fresh = function() return {updated = 0, total = 0, fresh = true} end,
   parse = function(q, n) return {updated = n[1], total = n[2]} end,
@@ -136,4 +136,4 @@ ALG[5] = {
     return {updated = now, total = total}
   end,
   encode = function(st) return int(st.updated) .. '|' .. int(st.total) end,
-}
+} end

@@ -370,7 +370,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_own_script_id_and_back() {
-        // The ids of `ALG[id] = ...` in lua/.
+        // The ids of `MAKE[id] = ...` in lua/ (the maker of `ALG[id]`, built on first use).
         let expected = [
             (Algorithm::TokenBucket, 1),
             (Algorithm::Gcra, 2),
@@ -389,8 +389,8 @@ mod tests {
             );
             assert_eq!(algorithm_of(i64::from(id)), Ok(a), "{a}");
             assert!(
-                CHECK_SCRIPT.contains(&format!("ALG[{id}] =")),
-                "{a}: no ALG[{id}]"
+                CHECK_SCRIPT.contains(&format!("MAKE[{id}] = function()")),
+                "{a}: no MAKE[{id}]"
             );
         }
     }
