@@ -44,8 +44,10 @@
 
 local now
 if ARGV[1] == '' then
+  -- The server's own reply, two decimal integers (seconds, microseconds): read with
+  -- tonumber directly, as nat would read them.
   local t = redis.call('TIME')
-  now = nat(t[1]) * 1000 + divmod(nat(t[2]), 1000)
+  now = tonumber(t[1]) * 1000 + divmod(tonumber(t[2]), 1000)
 else
   now = nat(ARGV[1])
 end
