@@ -17,10 +17,11 @@
 -- ARGV[5] 'check', 'refund' or 'reset'
 -- ARGV[6] the key base "<prefix>:{<tag>}"
 -- ARGV[7] the number of policy sets S: the defaults, then the tiers
--- then per set: its tier name ('' for the defaults), its policy count N, then per policy:
---         algorithm id (1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window, 5 sliding
---         log, 6 sliding window), limit L, period P in ms, capacity (burst B for buckets,
---         L for windows), name
+-- then per set: its tier name ('' for the defaults), its policy count N, then per policy
+--         two arguments: its parameters "alg.L.P.B" (algorithm id: 1 token bucket, 2 gcra,
+--         3 leaky bucket, 4 fixed window, 5 sliding log, 6 sliding window; limit L; period
+--         P in ms; capacity: burst B for buckets, L for windows), the very text its stored
+--         state begins with, encoded once per policy set by the caller; and its name
 --
 -- Stored states begin with their parameters "alg.L.P.B"; a state written under other
 -- parameters carries over by the rule of SEMANTICS-level carry_over (see turnstile-core's
@@ -37,9 +38,11 @@
 -- policies' keys hold, so it repairs a key holding garbage.
 --
 -- Returns {now, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited), tier name
--- or '', version, N, then per policy: alg, L, P, B, name, allowed, remaining, retry whole
--- ms (-1: never), retry num, retry den, reset whole, num, den, delay whole, num, den}: each
--- duration is whole + num / den ms, exactly. refund and reset answer as a query (cost 0)
+-- or '', version, N, then per policy: [alg, L, P, B, name: only for an override, whose
+-- policies the caller does not know; the defaults' and a tier's are the caller's own, in
+-- the order it sent them] allowed, remaining, retry whole ms (-1: never), retry num, retry
+-- den, reset whole, num, den, delay whole, num, den}: each duration is whole + num / den
+-- ms, exactly. refund and reset answer as a query (cost 0)
 -- made after them.
 
 local now
@@ -68,22 +71,22 @@ local function keyed(p, params)
   return p
 end
 
--- The n policies of the set whose first policy is at ARGV[at] (5 arguments each), or nil
--- and the index of the first malformed one.
+-- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
+-- and the name), or nil and the index of the first malformed one. The parameters are
+-- digits only (so tonumber reads them in decimal, as nat) and bounded by policy_of.
 local function policies_at(at, n)
   local set = {}
   for i = 1, n do
-    local a, L, P, B, name = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
-    local p = policy_of(nat(a), nat(L), nat(P), nat(B))
+    local params, name = ARGV[at], ARGV[at + 1]
+    local a, L, P, B = string.match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+    local p = a and policy_of(tonumber(a), tonumber(L), tonumber(P), tonumber(B))
     if not p or not valid_name(name) then return nil, i end
     p.name = name
-    local params
-    if string.byte(a, 1) ~= 48 and string.byte(L, 1) ~= 48 and string.byte(P, 1) ~= 48
-       and string.byte(B, 1) ~= 48 then
-      params = a .. '.' .. L .. '.' .. P .. '.' .. B
-    end
+    -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the
+    -- stored states' prefix as it is.
+    if string.byte(params, 1) == 48 or string.find(params, '.0', 1, true) then params = nil end
     set[i] = keyed(p, params)
-    at = at + 5
+    at = at + 2
   end
   return set
 end
@@ -98,7 +101,7 @@ local function find_set(tier)
     local name, n = ARGV[at], nat(ARGV[at + 1])
     if not name or not n then return nil, s end
     if (s == 1 and not tier) or (s > 1 and name == tier) then return at + 2, n end
-    at = at + 2 + 5 * n
+    at = at + 2 + 2 * n
   end
   return false
 end
@@ -156,19 +159,24 @@ end
 
 local function reply(results)
   local out, o = {now, applied, tier_name, version, #results}, 5
+  local full = applied == 1
   for i = 1, #results do
-    local p, r = policies[i], results[i]
+    local r = results[i]
     local retry, reset, delay = r.retry, r.reset, r.delay
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = p.alg, p.L, p.P, p.B
-    out[o + 5], out[o + 6], out[o + 7] = p.name, r.allowed, r.remaining
-    if retry then
-      out[o + 8], out[o + 9], out[o + 10] = retry[1], retry[2], retry[3]
-    else
-      out[o + 8], out[o + 9], out[o + 10] = -1, 0, 1
+    if full then
+      local p = policies[i]
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
+      o = o + 5
     end
-    out[o + 11], out[o + 12], out[o + 13] = reset[1], reset[2], reset[3]
-    out[o + 14], out[o + 15], out[o + 16] = delay[1], delay[2], delay[3]
-    o = o + 16
+    out[o + 1], out[o + 2] = r.allowed, r.remaining
+    if retry then
+      out[o + 3], out[o + 4], out[o + 5] = retry[1], retry[2], retry[3]
+    else
+      out[o + 3], out[o + 4], out[o + 5] = -1, 0, 1
+    end
+    out[o + 6], out[o + 7], out[o + 8] = reset[1], reset[2], reset[3]
+    out[o + 9], out[o + 10], out[o + 11] = delay[1], delay[2], delay[3]
+    o = o + 11
   end
   return out
 end
