@@ -6,8 +6,9 @@
 --
 -- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
 --         t = its tier, v = its version. Every other key this call touches is
---         ARGV[6] .. ':' .. policy name (state) or ARGV[6] .. '~log:' .. name (a sliding
---         log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash tag.
+--         ARGV[6] .. ':f2:' .. policy name (state) or ARGV[6] .. '~log:f2:' .. name (a
+--         sliding log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash
+--         tag, and 'f2' the stored format's version (STATE_FORMAT in prelude.lua).
 --         (An override's policies are only known once KEYS[1] is read, so their keys
 --         cannot be passed in KEYS.)
 -- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
@@ -66,8 +67,8 @@ end
 -- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
 local function keyed(p, params)
   p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
-  p.key = base .. ':' .. p.name
-  p.logkey = base .. '~log:' .. p.name
+  p.key = base .. ':' .. STATE_FORMAT .. ':' .. p.name
+  p.logkey = base .. '~log:' .. STATE_FORMAT .. ':' .. p.name
   return p
 end
 

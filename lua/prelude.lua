@@ -78,6 +78,13 @@ local function fields(s, sep)
   end
 end
 
+-- The version of the stored states' format, part of every state and log key whatever the
+-- prefix (keys::STATE_FORMAT on the Rust side): a release that stores states differently
+-- uses other keys, so no release ever reads another's format. 'f2': GCRA's state holds its
+-- TAT relative to the last update (format 1, before it, held it absolute at the same keys
+-- without a version). Configurations (~cfg) keep their key: their format is unchanged.
+local STATE_FORMAT = 'f2'
+
 -- A state's numbers after its parameters, by their count: digits only, '|' between them.
 local STATE_FIELDS = {
   [2] = '^(%d+)|(%d+)$',

@@ -2,8 +2,8 @@
 -- millisecond; an entry logged at s expires at exactly s + P. used = the live entries' cost.
 --
 -- State at KEY: "alg.L.P.B|updated_ms|total", total = the cost of every entry in the list
--- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:' and
--- the policy name): a list of "time:cost", oldest first.
+-- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:', the
+-- state format and the policy name): a list of "time:cost", oldest first.
 --
 -- s + P can pass 2^53 when s is near it: an entry is live iff now - s < P, and it expires
 -- P - (now - s) ms from now (s <= updated_ms <= now).
