@@ -75,5 +75,5 @@ local function bucket(leaky)
   }
 end
 
-ALG[1] = bucket(false)
-ALG[3] = bucket(true)
+MAKE[1] = function() return bucket(false) end
+MAKE[3] = function() return bucket(true) end

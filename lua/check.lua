@@ -6,8 +6,9 @@
 --
 -- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
 --         t = its tier, v = its version. Every other key this call touches is
---         ARGV[6] .. ':' .. policy name (state) or ARGV[6] .. '~log:' .. name (a sliding
---         log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash tag.
+--         ARGV[6] .. ':f2:' .. policy name (state) or ARGV[6] .. '~log:f2:' .. name (a
+--         sliding log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash
+--         tag, and 'f2' the stored format's version (STATE_FORMAT in prelude.lua).
 --         (An override's policies are only known once KEYS[1] is read, so their keys
 --         cannot be passed in KEYS.)
 -- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
@@ -17,10 +18,11 @@
 -- ARGV[5] 'check', 'refund' or 'reset'
 -- ARGV[6] the key base "<prefix>:{<tag>}"
 -- ARGV[7] the number of policy sets S: the defaults, then the tiers
--- then per set: its tier name ('' for the defaults), its policy count N, then per policy:
---         algorithm id (1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window, 5 sliding
---         log, 6 sliding window), limit L, period P in ms, capacity (burst B for buckets,
---         L for windows), name
+-- then per set: its tier name ('' for the defaults), its policy count N, then per policy
+--         two arguments: its parameters "alg.L.P.B" (algorithm id: 1 token bucket, 2 gcra,
+--         3 leaky bucket, 4 fixed window, 5 sliding log, 6 sliding window; limit L; period
+--         P in ms; capacity: burst B for buckets, L for windows), the very text its stored
+--         state begins with, encoded once per policy set by the caller; and its name
 --
 -- Stored states begin with their parameters "alg.L.P.B"; a state written under other
 -- parameters carries over by the rule of SEMANTICS-level carry_over (see turnstile-core's
@@ -37,15 +39,19 @@
 -- policies' keys hold, so it repairs a key holding garbage.
 --
 -- Returns {now, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited), tier name
--- or '', version, N, then per policy: alg, L, P, B, name, allowed, remaining, retry whole
--- ms (-1: never), retry num, retry den, reset whole, num, den, delay whole, num, den}: each
--- duration is whole + num / den ms, exactly. refund and reset answer as a query (cost 0)
+-- or '', version, N, then per policy: [alg, L, P, B, name: only for an override, whose
+-- policies the caller does not know; the defaults' and a tier's are the caller's own, in
+-- the order it sent them] allowed, remaining, retry whole ms (-1: never), retry num, retry
+-- den, reset whole, num, den, delay whole, num, den}: each duration is whole + num / den
+-- ms, exactly. refund and reset answer as a query (cost 0)
 -- made after them.
 
 local now
 if ARGV[1] == '' then
+  -- The server's own reply, two decimal integers (seconds, microseconds): read with
+  -- tonumber directly, as nat would read them.
   local t = redis.call('TIME')
-  now = nat(t[1]) * 1000 + divmod(nat(t[2]), 1000)
+  now = tonumber(t[1]) * 1000 + divmod(tonumber(t[2]), 1000)
 else
   now = nat(ARGV[1])
 end
@@ -57,35 +63,48 @@ if not now or not cost or not min_ttl or not sets
 end
 
 -- A policy with its keys: ARGV's parts (text) or an override's (see parse_override).
-local function keyed(p)
-  p.params = int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B)
-  p.key = base .. ':' .. p.name
-  p.logkey = base .. '~log:' .. p.name
+-- params is the text its state begins with: the arguments as they came when they are
+-- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
+local function keyed(p, params)
+  p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
+  p.key = base .. ':' .. STATE_FORMAT .. ':' .. p.name
+  p.logkey = base .. '~log:' .. STATE_FORMAT .. ':' .. p.name
   return p
 end
 
-local function policy(alg, L, P, B, name)
-  local p = policy_of(nat(alg), nat(L), nat(P), nat(B))
-  if not p or not valid_name(name) then return nil end
-  p.name = name
-  return keyed(p)
-end
-
--- The policy sets of the arguments.
-local defaults, tiers = nil, {}
-local at = 8
-for s = 1, sets do
-  local tier, n = ARGV[at], nat(ARGV[at + 1])
-  if not tier or not n then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. s) end
-  at = at + 2
+-- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
+-- and the name), or nil and the index of the first malformed one. The parameters are
+-- digits only (so tonumber reads them in decimal, as nat) and bounded by policy_of.
+local function policies_at(at, n)
   local set = {}
   for i = 1, n do
-    local p = policy(ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
-    if not p then return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. i) end
-    set[i] = p
-    at = at + 5
+    local params, name = ARGV[at], ARGV[at + 1]
+    local a, L, P, B = string.match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+    local p = a and policy_of(tonumber(a), tonumber(L), tonumber(P), tonumber(B))
+    if not p or not valid_name(name) then return nil, i end
+    p.name = name
+    -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the
+    -- stored states' prefix as it is.
+    if string.byte(params, 1) == 48 or string.find(params, '.0', 1, true) then params = nil end
+    set[i] = keyed(p, params)
+    at = at + 2
   end
-  if s == 1 then defaults = set else tiers[tier] = set end
+  return set
+end
+
+-- Where the policies of the set of tier begin in ARGV (tier nil: the defaults, the first
+-- set) and their count; false when no set has that tier; nil and the set's index for a
+-- malformed set. Only the set that applies is parsed: the others are skipped by their
+-- counts alone.
+local function find_set(tier)
+  local at = 8
+  for s = 1, sets do
+    local name, n = ARGV[at], nat(ARGV[at + 1])
+    if not name or not n then return nil, s end
+    if (s == 1 and not tier) or (s > 1 and name == tier) then return at + 2, n end
+    at = at + 2 + 2 * n
+  end
+  return false
 end
 
 -- The key's configuration. One that cannot be read decides nothing, not even a reset (which
@@ -103,14 +122,30 @@ local policies, applied, tier_name = nil, 0, ''
 if cfg[1] then
   policies, applied = parse_override(cfg[1]), 1
   for _, p in ipairs(policies) do keyed(p) end
-elseif cfg[2] and tiers[cfg[2]] then
-  policies, applied, tier_name = tiers[cfg[2]], 2, cfg[2]
-elseif mode == 'deny' then
-  applied = 3
-elseif mode == 'allow' then
-  applied = 4
 else
-  policies = defaults
+  local at, n
+  if cfg[2] then
+    at, n = find_set(cfg[2])
+    if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
+    if at then applied, tier_name = 2, cfg[2] end
+  end
+  if not at then
+    if mode == 'deny' then
+      applied = 3
+    elseif mode == 'allow' then
+      applied = 4
+    else
+      at, n = find_set(nil)
+      if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
+    end
+  end
+  if at then
+    local bad_at
+    policies, bad_at = policies_at(at, n)
+    if not policies then
+      return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. bad_at)
+    end
+  end
 end
 
 -- A refund or a reset bumps the key's version, once every state it needs was read (an
@@ -124,20 +159,25 @@ local function bump()
 end
 
 local function reply(results)
-  local out = {now, applied, tier_name, version, #results}
+  local out, o = {now, applied, tier_name, version, #results}, 5
+  local full = applied == 1
   for i = 1, #results do
-    local p, r = policies[i], results[i]
-    for _, v in ipairs({p.alg, p.L, p.P, p.B, p.name, r.allowed, r.remaining}) do
-      out[#out + 1] = v
+    local r = results[i]
+    local retry, reset, delay = r.retry, r.reset, r.delay
+    if full then
+      local p = policies[i]
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
+      o = o + 5
     end
-    if r.retry then
-      out[#out + 1] = r.retry[1]; out[#out + 1] = r.retry[2]; out[#out + 1] = r.retry[3]
+    out[o + 1], out[o + 2] = r.allowed, r.remaining
+    if retry then
+      out[o + 3], out[o + 4], out[o + 5] = retry[1], retry[2], retry[3]
     else
-      out[#out + 1] = -1; out[#out + 1] = 0; out[#out + 1] = 1
+      out[o + 3], out[o + 4], out[o + 5] = -1, 0, 1
     end
-    for _, d in ipairs({r.reset, r.delay}) do
-      out[#out + 1] = d[1]; out[#out + 1] = d[2]; out[#out + 1] = d[3]
-    end
+    out[o + 6], out[o + 7], out[o + 8] = reset[1], reset[2], reset[3]
+    out[o + 9], out[o + 10], out[o + 11] = delay[1], delay[2], delay[3]
+    o = o + 11
   end
   return out
 end
@@ -195,7 +235,27 @@ end
 local function load(p)
   local raw, err = read(p.key, 'GET', p.key)
   if err then return err end
-  if not raw then return ALG[p.alg].fresh() end
+  local a = ALG[p.alg]
+  if not raw then return a.fresh() end
+  -- The common case: written under p's own parameters (as p.params spells them), then
+  -- exactly a.fields numbers, each digits only (so tonumber reads it in decimal, as nat).
+  local pre = #p.params
+  if string.sub(raw, 1, pre + 1) == p.params .. '|' then
+    local n1, n2, n3, n4 = string.match(raw, STATE_FIELDS[a.fields], pre + 2)
+    if n1 then
+      local nums = {tonumber(n1), tonumber(n2), n3 and tonumber(n3), n4 and tonumber(n4)}
+      local ok = true
+      for i = 1, a.fields do
+        if nums[i] > MAX_EXACT then ok = false end
+      end
+      if ok then
+        local st = a.parse(p, nums)
+        if not st then return bad(p.key) end
+        return st
+      end
+    end
+  end
+  -- Anything else: parameters written otherwise (carried over), or not a state at all.
   local parts = fields(raw, '|')
   local q = parse_params(parts[1])
   if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(p.key) end

@@ -2,7 +2,7 @@
 --
 -- State at KEY: "alg.L.P.B|updated_ms|w|n", n the units admitted in window w.
 
-ALG[4] = {
+MAKE[4] = function() return {
   fields = 3,
   fresh = function() return {updated = 0, w = -1, n = 0} end,
   parse = function(q, n)
@@ -40,4 +40,4 @@ ALG[4] = {
     return {updated = now, w = w, n = n}
   end,
   encode = function(st) return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.n) end,
-}
+} end

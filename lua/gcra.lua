@@ -10,16 +10,18 @@
 -- the TAT then moves to max(TAT, now) + c * T. Decisions, admissions and refunds are the
 -- token bucket's, on that debt; only the stored state differs.
 
-local gcra = bucket(false)
-gcra.fields = 3
-gcra.fresh = function() return {updated = 0, ahead = 0, frac = 0} end
-gcra.parse = function(q, n)
-  -- 0 <= frac < L, and the debt ahead * L + frac at the last update is at most B * P.
-  local most, most_frac = divmod(q.B * q.P, q.L)
-  if n[3] >= q.L or n[2] > most or (n[2] == most and n[3] > most_frac) then return nil end
-  return {updated = n[1], ahead = n[2], frac = n[3]}
+MAKE[2] = function()
+  local gcra = bucket(false)
+  gcra.fields = 3
+  gcra.fresh = function() return {updated = 0, ahead = 0, frac = 0} end
+  gcra.parse = function(q, n)
+    -- 0 <= frac < L, and the debt ahead * L + frac at the last update is at most B * P.
+    local most, most_frac = divmod(q.B * q.P, q.L)
+    if n[3] >= q.L or n[2] > most or (n[2] == most and n[3] > most_frac) then return nil end
+    return {updated = n[1], ahead = n[2], frac = n[3]}
+  end
+  gcra.encode = function(st)
+    return int(st.updated) .. '|' .. int(st.ahead) .. '|' .. int(st.frac)
+  end
+  return gcra
 end
-gcra.encode = function(st)
-  return int(st.updated) .. '|' .. int(st.ahead) .. '|' .. int(st.frac)
-end
-ALG[2] = gcra

@@ -78,6 +78,20 @@ local function fields(s, sep)
   end
 end
 
+-- The version of the stored states' format, part of every state and log key whatever the
+-- prefix (keys::STATE_FORMAT on the Rust side): a release that stores states differently
+-- uses other keys, so no release ever reads another's format. 'f2': GCRA's state holds its
+-- TAT relative to the last update (format 1, before it, held it absolute at the same keys
+-- without a version). Configurations (~cfg) keep their key: their format is unchanged.
+local STATE_FORMAT = 'f2'
+
+-- A state's numbers after its parameters, by their count: digits only, '|' between them.
+local STATE_FIELDS = {
+  [2] = '^(%d+)|(%d+)$',
+  [3] = '^(%d+)|(%d+)|(%d+)$',
+  [4] = '^(%d+)|(%d+)|(%d+)|(%d+)$',
+}
+
 -- The error of a policy's state that cannot be read (at key: its state or its log). A reset
 -- forgets it.
 local function bad(key, why)
@@ -181,4 +195,14 @@ local function result(allowed, remaining, retry, reset, delay)
           delay = delay or ZERO}
 end
 
-local ALG = {}
+-- The algorithms by id: ALG[id] is built by MAKE[id] the first time a call uses it, so a
+-- call creates the functions of the algorithms it runs, not of all six (with EVALSHA the
+-- whole script runs again on every call).
+local MAKE = {}
+local ALG = setmetatable({}, {__index = function(t, id)
+  local make = MAKE[id]
+  if not make then return nil end
+  local a = make()
+  rawset(t, id, a)
+  return a
+end})

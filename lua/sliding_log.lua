@@ -2,8 +2,8 @@
 -- millisecond; an entry logged at s expires at exactly s + P. used = the live entries' cost.
 --
 -- State at KEY: "alg.L.P.B|updated_ms|total", total = the cost of every entry in the list
--- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:' and
--- the policy name): a list of "time:cost", oldest first.
+-- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:', the
+-- state format and the policy name): a list of "time:cost", oldest first.
 --
 -- s + P can pass 2^53 when s is near it: an entry is live iff now - s < P, and it expires
 -- P - (now - s) ms from now (s <= updated_ms <= now).
@@ -35,7 +35,7 @@ local function log_newest(p, st)
   return log_entry(p, st, s)
 end
 
-ALG[5] = {
+MAKE[5] = function() return {
   fields = 2,
   fresh = function() return {updated = 0, total = 0, fresh = true} end,
   parse = function(q, n) return {updated = n[1], total = n[2]} end,
@@ -136,4 +136,4 @@ ALG[5] = {
     return {updated = now, total = total}
   end,
   encode = function(st) return int(st.updated) .. '|' .. int(st.total) end,
-}
+} end

@@ -12,7 +12,7 @@ local function sliding_counts(st, w)
   return 0, 0
 end
 
-ALG[6] = {
+MAKE[6] = function() return {
   fields = 4,
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
   parse = function(q, n)
@@ -66,4 +66,4 @@ ALG[6] = {
   encode = function(st)
     return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.cur) .. '|' .. int(st.prev)
   end,
-}
+} end

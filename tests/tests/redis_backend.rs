@@ -862,6 +862,38 @@ async fn acl_user_and_password_come_from_the_url() {
     }
 }
 
+/// Regression (issue 15): GCRA's stored state changed format (its TAT became relative to the
+/// last update) at the same keys, without a version: a state an older release wrote was
+/// read as the new format (a misread TAT, or an invalid-state error). The format version is
+/// now part of every state key, whatever the prefix: a format-1 state at the unversioned key
+/// is never read, the new release starts that client fresh, and the old key is left to the
+/// older release (and to its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), "format1");
+    let pol = [p("gcra:limit=10,period=1s,burst=10,name=g")];
+    let key = b.state_key("c", &pol[0]);
+    assert!(key.ends_with("}:f2:g"), "{key}");
+    let old = format!("{}}}:g", key.rsplit_once("}:").unwrap().0);
+    // Format 1: "alg.L.P.B|updated_ms|tat_ms|tat_frac", the TAT absolute (far ahead here:
+    // read as format 2, "ahead" would be 2 * 10^12 ms, an invalid state).
+    let now_ms = 1_000_000_000_000u64;
+    let v1 = format!("2.10.1000.10|{now_ms}|{}|0", 2 * now_ms);
+    let set = format!("SET {old} {v1}");
+    assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
+    // Ten requests: the new release's state is fresh, so all ten are admitted, counting down.
+    for i in 0..10u64 {
+        let d = b.check("c", &pol, 1).await.unwrap();
+        assert!(d.allowed(), "request {i}");
+        assert_eq!(d.remaining(), 9 - i, "request {i}");
+    }
+    assert!(!b.check("c", &pol, 1).await.unwrap().allowed());
+    // The older release's state is untouched.
+    let get = format!("GET {old}");
+    assert!(command(server.port(), &get).unwrap().contains(&v1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     let server = RedisServer::start();
@@ -889,7 +921,7 @@ async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
         );
     }
     // A garbage override is a typed error too, and the local fallback takes over.
-    let cfg = format!("{}~cfg", key.rsplit_once(':').unwrap().0);
+    let cfg = format!("{}}}~cfg", key.rsplit_once("}:").unwrap().0);
     let set = format!("HSET {cfg} o \"1 0 1000 5 t\"");
     assert!(command(server.port(), &set).unwrap().starts_with(":"));
     let err = b.check("victim", &pol, 1).await.unwrap_err();
@@ -1371,7 +1403,7 @@ async fn clearing_the_configuration_repairs_a_garbage_configuration_hash() {
     let t = 1_700_000_000_000;
     let cfg_key = |client: &str| {
         let state = b.state_key(client, &pol[0]);
-        format!("{}~cfg", state.rsplit_once(':').unwrap().0)
+        format!("{}}}~cfg", state.rsplit_once("}:").unwrap().0)
     };
     let fields: Vec<(&str, Vec<u8>)> = [
         ("o", "1 0 1000 5 t"),

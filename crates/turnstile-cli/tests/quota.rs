@@ -159,7 +159,7 @@ fn quota_reset_repairs_a_state_key_holding_garbage() {
         quota(&redis, &prefix, &args)
     };
     // Plain keys: the service's state key for "alice" under the policy "api".
-    let state_key = format!("{prefix}:{{k:alice}}:api");
+    let state_key = format!("{prefix}:{{k:alice}}:f2:api");
     for garbage in [
         "banana",
         "1.5.60000.5|0x10|0",
