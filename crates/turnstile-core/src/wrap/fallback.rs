@@ -79,7 +79,10 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 /// with a share s of each policy's capacity ([`Fallback::with_local_share`], default 1:
 /// the whole capacity). Per key and process, an outage so admits at most r + what the policy
 /// refills over the outage (a known key) or s·capacity + the refill (an unknown key); a fleet
-/// of N processes at most N times that. The learned answers are bounded by the local key cap.
+/// of N processes at most N times that. A key's outage lasts from its first check the
+/// fallback decides to the wrapped backend's next answer for that key; answers for other
+/// keys (another Cluster master's) do not start it over. The learned answers are bounded by
+/// the local key cap.
 /// A wrapped backend that is itself local
 /// ([`Backend::is_local`]) is never stood in for. The first check the fallback decides logs
 /// one warning (`tracing`), the first success afterwards one recovery: one incident, one
@@ -107,8 +110,6 @@ struct Shared<C> {
     policy: FailurePolicy,
     /// Whether the fallback is deciding (an incident is open).
     incident: AtomicBool,
-    /// Incidents opened so far (the current one's number while one is open).
-    incidents: AtomicU64,
     decisions: AtomicU64,
     learned: Learned,
 }
@@ -165,7 +166,6 @@ impl<B, C> Fallback<B, C> {
                 local,
                 policy,
                 incident: AtomicBool::new(false),
-                incidents: AtomicU64::new(0),
                 decisions: AtomicU64::new(0),
                 learned: Learned::new(max_keys, unknown.ppm()),
             }),
@@ -262,7 +262,6 @@ impl<C: Clock> Retry<C> {
             return Err(error);
         }
         if !s.incident.swap(true, Ordering::Relaxed) {
-            s.incidents.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
             metrics::counter!(names::FALLBACK_ACTIVATIONS_TOTAL, names::LABEL_KIND => error.kind())
                 .increment(1);
@@ -273,9 +272,7 @@ impl<C: Clock> Retry<C> {
             );
         }
         s.decisions.fetch_add(1, Ordering::Relaxed);
-        let incident = s.incidents.load(Ordering::Relaxed).max(1);
-        s.learned
-            .prime(&s.local, &self.key, &self.limits, incident, now);
+        s.learned.prime(&s.local, &self.key, &self.limits, now);
         #[cfg(feature = "metrics")]
         metrics::counter!(names::FALLBACK_DECISIONS_TOTAL).increment(1);
         let ready: Ready<CheckResult> =
