@@ -10,7 +10,10 @@
 //! With `--config FILE` the file's key, rules, policies and tiers (see
 //! `examples/turnstile.toml`) replace `--algorithm`, `--limit`, `--period`, `--burst` and
 //! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`), where given,
-//! take the place of `--redis-url`, `--prefix` and `--failure`.
+//! take the place of `--redis-url`, `--prefix`, `--redis-timeout` and `--failure`.
+//!
+//! `--redis-url` takes `redis://`, comma-separated URLs for a Cluster, or
+//! `redis+sentinel://host:port[,host:port...]/service` for the primary Redis Sentinel names.
 
 #[path = "common.rs"]
 mod common;
@@ -34,9 +37,15 @@ struct Args {
     /// TCP port to listen on (127.0.0.1).
     #[arg(long, default_value_t = 3001)]
     port: u16,
-    /// Redis URL (several comma-separated URLs for a Cluster).
+    /// Redis URL (several comma-separated URLs for a Cluster;
+    /// redis+sentinel://host:port[,host:port...]/service for Sentinel).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// The timeout of each Redis call: <integer><unit>, unit ms, s, m, h or d (the
+    /// backend's default is 100ms). A check that takes longer fails and goes to the failure
+    /// policy.
+    #[arg(long, default_value = "100ms", value_parser = parse_period)]
+    redis_timeout: Duration,
     /// Key prefix in Redis (no braces).
     #[arg(long, default_value = turnstile_redis::DEFAULT_PREFIX)]
     prefix: String,
@@ -60,8 +69,8 @@ struct Args {
     #[arg(long, default_value_t = FailurePolicy::Local)]
     failure: FailurePolicy,
     /// A turnstile configuration file (TOML) whose key, rules and policies replace the flags
-    /// above; its [backend] settings, where given, replace --redis-url, --prefix and
-    /// --failure.
+    /// above; its [backend] settings, where given, replace --redis-url, --prefix,
+    /// --redis-timeout and --failure.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["algorithm", "limit", "period", "burst", "key"])]
     config: Option<PathBuf>,
 }
@@ -119,6 +128,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let policy = policy.with_name("per-client")?;
     let redis = RedisBackend::builder(args.redis_url.as_str())
         .prefix(args.prefix.as_str())
+        .timeout(args.redis_timeout)
         .build()?;
     // Repeated denials are answered on this node without asking Redis again.
     let layer = RateLimitLayer::builder()
@@ -160,11 +170,9 @@ async fn serve_config(
     let b = config.backend();
     let redis_url = b.url().unwrap_or(&args.redis_url).to_owned();
     let failure = b.failure_setting().unwrap_or(args.failure);
-    let mut redis =
-        RedisBackend::builder(redis_url.as_str()).prefix(b.prefix().unwrap_or(&args.prefix));
-    if let Some(timeout) = b.timeout() {
-        redis = redis.timeout(timeout);
-    }
+    let redis = RedisBackend::builder(redis_url.as_str())
+        .prefix(b.prefix().unwrap_or(&args.prefix))
+        .timeout(b.timeout().unwrap_or(args.redis_timeout));
     let layer = config
         .builder()
         .backend(DenyCache::new(redis.build()?))
