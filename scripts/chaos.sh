@@ -209,6 +209,9 @@ setup_cluster() {
   victim_id=$(awk -v p="127.0.0.1:$VICTIM@" 'index($2, p) == 1 { print $1 }' <<<"$nodes")
   HEIR=$(awk -v id="$victim_id" '$4 == id { split($2, a, "[:@]"); print a[2] }' <<<"$nodes")
   FAULTED=""
+  # With full coverage, every master refuses every key (CLUSTERDOWN) while the killed one's
+  # slots have no master: the fault reaches every key.
+  if [ "$FULL_COVERAGE" = yes ]; then return 0; fi
   for i in $(seq 0 $((KEYS - 1))); do
     slot=$(slot_of "k$i")
     if [ "$(master_of "$nodes" "$slot")" = "$VICTIM" ]; then FAULTED+="k$i,"; fi
