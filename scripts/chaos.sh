@@ -4,7 +4,9 @@
 # row per fault and policy (RELIABILITY.md explains each figure and what it promises):
 #
 #   fault | policy | 503s | stray 503s | failed | open admits | over T+slack | max/limit |
-#   over limit | vs bound | Redis back | recovered
+#   over limit | vs bound | Redis back | recovered | send gap
+#
+# (scripts/chaos_report.py computes a row from every request's line and the apps' logs.)
 #
 # Faults (each on a fresh deployment; the load is fixed-window, LIMIT per key and second):
 #   kill-restart  kill -9 the Redis, restart it 1 s later (no persistence: its counts are gone)
@@ -15,8 +17,9 @@
 #   client-pause  CLIENT PAUSE 1500 ALL
 #   debug-sleep   DEBUG SLEEP 1 (Redis busy for 1 s)
 #   script-flush  SCRIPT FLUSH (every call meets NOSCRIPT once)
-#   cluster-kill  3 masters + 1 replica each, cluster-node-timeout 1000 ms; apps on the six
-#                 comma-separated URLs; kill -9 the master of key k0
+#   cluster-kill  3 masters + 1 replica each, cluster-node-timeout 1000 ms,
+#                 cluster-require-full-coverage no (FULL_COVERAGE=yes: Redis's default);
+#                 apps on the six comma-separated URLs; kill -9 the master of key k0
 #   overload      20x the rate for 1 s over 1000 keys, on top of the steady load
 #
 # "Redis back" is when Redis answered again, counted from the fault: PING answered (restart,
@@ -28,15 +31,18 @@
 # Targets only 127.0.0.1; every run is bounded (RUN_MS of load, bounded waits); everything
 # it started is killed on exit, Ctrl-C included. Usage: scripts/chaos.sh [FAULT...] (default:
 # every fault), with POLICIES="local open closed", RATE (requests/s, default 400), LIMIT (per
-# key and second, default 50), TIMEOUT_MS (the apps' Redis timeout, default 100), SLACK_MS
-# (default 100) and KEEP=1 (keep the raw logs, path printed) in the environment. Needs
-# redis-server and redis-cli 7 (scripts/test installs them).
+# key and second, default 30), TIMEOUT_MS (the apps' Redis timeout, default 100), SLACK_MS
+# (default 100), FULL_COVERAGE (yes or no, default no) and KEEP=1 (keep the raw logs, path
+# printed) in the environment. Needs redis-server (also run as a Sentinel) and redis-cli 7
+# (scripts/test installs them), curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL_FAULTS="kill-restart repoint sentinel client-pause debug-sleep script-flush cluster-kill overload"
 POLICIES=${POLICIES:-"local open closed"}
 RATE=${RATE:-400}
+# 400 requests/s over 4 keys: 100 per key and second, 50 to each app. A limit under 50 makes
+# each app alone exceed it, so the local fallback has to deny too (and its bound is tested).
 LIMIT=${LIMIT:-30}
 TIMEOUT_MS=${TIMEOUT_MS:-100}
 # Whether a Cluster stops serving every slot while any slot has no master (Redis's default is
@@ -54,6 +60,7 @@ done
 for p in $POLICIES; do
   case "$p" in local | open | closed) ;; *) echo "unknown policy $p (local, open, closed)" >&2; exit 2 ;; esac
 done
+case "$FULL_COVERAGE" in yes | no) ;; *) echo "FULL_COVERAGE is yes or no" >&2; exit 2 ;; esac
 
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
 cargo build --release -q -p turnstile-tests --bin loadgen --bin proxy
