@@ -11,7 +11,10 @@
 //! `examples/turnstile.toml`) replace `--algorithm`, `--limit`, `--period`, `--burst` and
 //! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`, `tls_ca`,
 //! `tls_cert`, `tls_key`), where given, take the place of `--redis-url`, `--prefix`,
-//! `--failure`, `--tls-ca`, `--tls-cert` and `--tls-key`.
+//! `--redis-timeout`, `--failure`, `--tls-ca`, `--tls-cert` and `--tls-key`.
+//!
+//! `--redis-url` takes `redis://`, comma-separated URLs for a Cluster, or
+//! `redis+sentinel://host:port[,host:port...]/service` for the primary Redis Sentinel names.
 //!
 //! Over TLS, with a private CA and a client certificate (mutual TLS):
 //!
@@ -42,7 +45,8 @@ struct Args {
     /// TCP port to listen on (127.0.0.1).
     #[arg(long, default_value_t = 3001)]
     port: u16,
-    /// Redis URL (several comma-separated URLs for a Cluster).
+    /// Redis URL (several comma-separated URLs for a Cluster;
+    /// redis+sentinel://host:port[,host:port...]/service for Sentinel).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
     /// With a rediss:// URL: the PEM file of the CA certificate(s) that verify Redis, in
@@ -55,6 +59,11 @@ struct Args {
     /// The PEM file of --tls-cert's private key.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// The timeout of each Redis call: <integer><unit>, unit ms, s, m, h or d (the
+    /// backend's default is 100ms). A check that takes longer fails and goes to the failure
+    /// policy.
+    #[arg(long, default_value = "100ms", value_parser = parse_period)]
+    redis_timeout: Duration,
     /// Key prefix in Redis (no braces).
     #[arg(long, default_value = turnstile_redis::DEFAULT_PREFIX)]
     prefix: String,
@@ -78,8 +87,8 @@ struct Args {
     #[arg(long, default_value_t = FailurePolicy::Local)]
     failure: FailurePolicy,
     /// A turnstile configuration file (TOML) whose key, rules and policies replace the flags
-    /// above; its [backend] settings, where given, replace --redis-url, --prefix and
-    /// --failure.
+    /// above; its [backend] settings, where given, replace --redis-url, --prefix,
+    /// --redis-timeout and --failure.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["algorithm", "limit", "period", "burst", "key"])]
     config: Option<PathBuf>,
 }
@@ -141,6 +150,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
     )
     .prefix(args.prefix.as_str())
+    .timeout(args.redis_timeout)
     .build()?;
     // Repeated denials are answered on this node without asking Redis again.
     let layer = RateLimitLayer::builder()
@@ -191,11 +201,9 @@ async fn serve_config(
             args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
         )
     };
-    let mut redis = with_tls(RedisBackend::builder(redis_url.as_str()), ca, client)
-        .prefix(b.prefix().unwrap_or(&args.prefix));
-    if let Some(timeout) = b.timeout() {
-        redis = redis.timeout(timeout);
-    }
+    let redis = with_tls(RedisBackend::builder(redis_url.as_str()), ca, client)
+        .prefix(b.prefix().unwrap_or(&args.prefix))
+        .timeout(b.timeout().unwrap_or(args.redis_timeout));
     let layer = config
         .builder()
         .backend(DenyCache::new(redis.build()?))
