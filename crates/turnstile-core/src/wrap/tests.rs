@@ -1,6 +1,6 @@
 //! The wrappers, on the in-memory backend alone.
 
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +12,7 @@ use crate::failure::FailurePolicy;
 use crate::memory::MemoryBackend;
 use crate::policy::Policy;
 use crate::quota::Limits;
-
-/// The output of a future that is ready at once.
-fn now<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => unreachable!("every backend here answers at once"),
-    }
-}
+use crate::test_util::now;
 
 /// A remote-looking backend over memory that fails with `error` while `down` is set.
 #[derive(Clone)]
