@@ -9,14 +9,25 @@
 //!
 //! With `--config FILE` the file's key, rules, policies and tiers (see
 //! `examples/turnstile.toml`) replace `--algorithm`, `--limit`, `--period`, `--burst` and
-//! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`), where given,
-//! take the place of `--redis-url`, `--prefix` and `--failure`.
+//! `--key`; its `[backend]` settings (`url`, `prefix`, `timeout`, `failure`, `tls_ca`,
+//! `tls_cert`, `tls_key`), where given, take the place of `--redis-url`, `--prefix`,
+//! `--redis-timeout`, `--failure`, `--tls-ca`, `--tls-cert` and `--tls-key`.
+//!
+//! `--redis-url` takes `redis://`, comma-separated URLs for a Cluster, or
+//! `redis+sentinel://host:port[,host:port...]/service` for the primary Redis Sentinel names.
+//!
+//! Over TLS, with a private CA and a client certificate (mutual TLS):
+//!
+//! ```text
+//! cargo run -p turnstile-examples --example axum_redis -- --redis-url rediss://redis.internal:6380 \
+//!     --tls-ca ca.pem --tls-cert client.pem --tls-key client.key
+//! ```
 
 #[path = "common.rs"]
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::{routing::get, Router};
@@ -26,7 +37,7 @@ use turnstile::config::LayerConfig;
 use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
 use turnstile::wrap::DenyCache;
 use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
-use turnstile_redis::RedisBackend;
+use turnstile_redis::{RedisBackend, RedisBackendBuilder};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited through Redis.
 #[derive(Parser, Debug)]
@@ -34,9 +45,25 @@ struct Args {
     /// TCP port to listen on (127.0.0.1).
     #[arg(long, default_value_t = 3001)]
     port: u16,
-    /// Redis URL (several comma-separated URLs for a Cluster).
+    /// Redis URL (several comma-separated URLs for a Cluster;
+    /// redis+sentinel://host:port[,host:port...]/service for Sentinel).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// With a rediss:// URL: the PEM file of the CA certificate(s) that verify Redis, in
+    /// place of the system trust store.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// With a rediss:// URL: the PEM file of a client certificate, for mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM file of --tls-cert's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The timeout of each Redis call: <integer><unit>, unit ms, s, m, h or d (the
+    /// backend's default is 100ms). A check that takes longer fails and goes to the failure
+    /// policy.
+    #[arg(long, default_value = "100ms", value_parser = parse_period)]
+    redis_timeout: Duration,
     /// Key prefix in Redis (no braces).
     #[arg(long, default_value = turnstile_redis::DEFAULT_PREFIX)]
     prefix: String,
@@ -60,8 +87,8 @@ struct Args {
     #[arg(long, default_value_t = FailurePolicy::Local)]
     failure: FailurePolicy,
     /// A turnstile configuration file (TOML) whose key, rules and policies replace the flags
-    /// above; its [backend] settings, where given, replace --redis-url, --prefix and
-    /// --failure.
+    /// above; its [backend] settings, where given, replace --redis-url, --prefix,
+    /// --redis-timeout and --failure.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["algorithm", "limit", "period", "burst", "key"])]
     config: Option<PathBuf>,
 }
@@ -117,9 +144,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         policy = policy.with_burst(burst)?;
     }
     let policy = policy.with_name("per-client")?;
-    let redis = RedisBackend::builder(args.redis_url.as_str())
-        .prefix(args.prefix.as_str())
-        .build()?;
+    let redis = with_tls(
+        RedisBackend::builder(args.redis_url.as_str()),
+        args.tls_ca.as_deref(),
+        args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+    )
+    .prefix(args.prefix.as_str())
+    .timeout(args.redis_timeout)
+    .build()?;
     // Repeated denials are answered on this node without asking Redis again.
     let layer = RateLimitLayer::builder()
         .policy(policy.clone())
@@ -160,11 +192,18 @@ async fn serve_config(
     let b = config.backend();
     let redis_url = b.url().unwrap_or(&args.redis_url).to_owned();
     let failure = b.failure_setting().unwrap_or(args.failure);
-    let mut redis =
-        RedisBackend::builder(redis_url.as_str()).prefix(b.prefix().unwrap_or(&args.prefix));
-    if let Some(timeout) = b.timeout() {
-        redis = redis.timeout(timeout);
-    }
+    // The file's TLS files go with the file's url; else the flags' go with --redis-url.
+    let (ca, client) = if b.url().is_some() {
+        (b.tls_ca(), b.tls_client_cert())
+    } else {
+        (
+            args.tls_ca.as_deref(),
+            args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+        )
+    };
+    let redis = with_tls(RedisBackend::builder(redis_url.as_str()), ca, client)
+        .prefix(b.prefix().unwrap_or(&args.prefix))
+        .timeout(b.timeout().unwrap_or(args.redis_timeout));
     let layer = config
         .builder()
         .backend(DenyCache::new(redis.build()?))
@@ -184,6 +223,21 @@ async fn serve_config(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );
     serve(listener, app).await
+}
+
+/// `builder` with a CA file and a client certificate, where given.
+fn with_tls(
+    mut builder: RedisBackendBuilder,
+    ca: Option<&Path>,
+    client: Option<(&Path, &Path)>,
+) -> RedisBackendBuilder {
+    if let Some(ca) = ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let Some((cert, key)) = client {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    builder
 }
 
 async fn serve(

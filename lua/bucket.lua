@@ -5,20 +5,22 @@
 -- 1/L ms, relative to updated_ms. A refill over d ms subtracts d * L, capped so the product
 -- stays below D. Admit iff D <= (B - c) * P, then D += c * P.
 
--- The debt of a bucket state (token, leaky or GCRA, under parameters q) at now.
+-- The debt of a bucket state (token, leaky or GCRA, under parameters q) at now, which is
+-- not before the state's last update: at most B * P, and no intermediate above it.
 local function debt_now(q, st, now)
-  local max = q.B * q.P
+  local elapsed = now - st.updated
   local D
   if q.alg == 2 then
-    if st.tat_ms < now then return 0 end
-    local ahead = min(st.tat_ms - now, ceildiv(max, q.L))
-    D = ahead * q.L + st.frac
+    -- TAT - now = (ahead - elapsed) + frac / L, with 0 <= frac < L: negative (nothing owed)
+    -- once elapsed > ahead.
+    if elapsed > st.ahead then return 0 end
+    D = (st.ahead - elapsed) * q.L + st.frac
   else
     D = st.debt
-    local elapsed = now - st.updated
-    if elapsed >= ceildiv(D, q.L) then D = 0 else D = D - elapsed * q.L end
+    if elapsed >= ceildiv(D, q.L) then return 0 end
+    D = D - elapsed * q.L
   end
-  return min(D, max)
+  return min(D, q.B * q.P)
 end
 
 -- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now).
@@ -41,11 +43,13 @@ local function debt_decide(p, D, c, leaky)
   return result(0, remaining(D), dur(D - room, L), dur(D, L))
 end
 
--- A bucket state of policy p holding debt D at now.
+-- A bucket state of policy p holding debt D at now. The GCRA's TAT is kept relative to now
+-- (now + ahead + frac / L), never as an absolute time: that would pass 2^53 when now is near
+-- it.
 local function debt_state(p, D, now)
   if p.alg == 2 then
-    local q, f = divmod(D, p.L)
-    return {updated = now, tat_ms = now + q, frac = f}
+    local ahead, f = divmod(D, p.L)
+    return {updated = now, ahead = ahead, frac = f}
   end
   return {updated = now, debt = D}
 end
@@ -71,5 +75,5 @@ local function bucket(leaky)
   }
 end
 
-ALG[1] = bucket(false)
-ALG[3] = bucket(true)
+MAKE[1] = function() return bucket(false) end
+MAKE[3] = function() return bucket(true) end

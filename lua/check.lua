@@ -6,8 +6,9 @@
 --
 -- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
 --         t = its tier, v = its version. Every other key this call touches is
---         ARGV[6] .. ':' .. policy name (state) or ARGV[6] .. '~log:' .. name (a sliding
---         log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash tag.
+--         ARGV[6] .. ':f2:' .. policy name (state) or ARGV[6] .. '~log:f2:' .. name (a
+--         sliding log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash
+--         tag, and 'f2' the stored format's version (STATE_FORMAT in prelude.lua).
 --         (An override's policies are only known once KEYS[1] is read, so their keys
 --         cannot be passed in KEYS.)
 -- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
@@ -17,10 +18,11 @@
 -- ARGV[5] 'check', 'refund' or 'reset'
 -- ARGV[6] the key base "<prefix>:{<tag>}"
 -- ARGV[7] the number of policy sets S: the defaults, then the tiers
--- then per set: its tier name ('' for the defaults), its policy count N, then per policy:
---         algorithm id (1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window, 5 sliding
---         log, 6 sliding window), limit L, period P in ms, capacity (burst B for buckets,
---         L for windows), name
+-- then per set: its tier name ('' for the defaults), its policy count N, then per policy
+--         two arguments: its parameters "alg.L.P.B" (algorithm id: 1 token bucket, 2 gcra,
+--         3 leaky bucket, 4 fixed window, 5 sliding log, 6 sliding window; limit L; period
+--         P in ms; capacity: burst B for buckets, L for windows), the very text its stored
+--         state begins with, encoded once per policy set by the caller; and its name
 --
 -- Stored states begin with their parameters "alg.L.P.B"; a state written under other
 -- parameters carries over by the rule of SEMANTICS-level carry_over (see turnstile-core's
@@ -30,83 +32,125 @@
 -- 0) is any state written. When the request is denied, the policies that would have
 -- admitted report their fields as if nothing were consumed.
 --
+-- Errors (error replies change nothing): TURNSTILE_ARGS for malformed arguments;
+-- TURNSTILE_INVALID_STATE when the configuration cannot be read (every operation: which
+-- policies apply is unknown; config.lua's 'clear' removes it) or, for check and refund, a
+-- policy's state cannot (see load). reset reads no state: it deletes whatever the applying
+-- policies' keys hold, so it repairs a key holding garbage.
+--
 -- Returns {now, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited), tier name
--- or '', version, N, then per policy: alg, L, P, B, name, allowed, remaining, retry whole
--- ms (-1: never), retry num, retry den, reset whole, num, den, delay whole, num, den}: each
--- duration is whole + num / den ms, exactly. refund and reset answer as a query (cost 0)
+-- or '', version, N, then per policy: [alg, L, P, B, name: only for an override, whose
+-- policies the caller does not know; the defaults' and a tier's are the caller's own, in
+-- the order it sent them] allowed, remaining, retry whole ms (-1: never), retry num, retry
+-- den, reset whole, num, den, delay whole, num, den}: each duration is whole + num / den
+-- ms, exactly. refund and reset answer as a query (cost 0)
 -- made after them.
 
 local now
 if ARGV[1] == '' then
+  -- The server's own reply, two decimal integers (seconds, microseconds): read with
+  -- tonumber directly, as nat would read them.
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = tonumber(t[1]) * 1000 + divmod(tonumber(t[2]), 1000)
 else
   now = nat(ARGV[1])
 end
 local cost, min_ttl, sets = nat(ARGV[2]), nat(ARGV[3]), nat(ARGV[7])
 local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
-if not now or not cost or not min_ttl or not sets then
+if not now or not cost or not min_ttl or not sets
+   or (op ~= 'check' and op ~= 'refund' and op ~= 'reset') then
   return redis.error_reply('TURNSTILE_ARGS malformed arguments')
 end
 
-local function policy(alg, L, P, B, name)
-  local p = {alg = nat(alg), L = nat(L), P = nat(P), B = nat(B), name = name}
-  if not p.alg or not ALG[p.alg] or not p.L or not p.P or not p.B or p.L < 1 or p.P < 1
-     or p.B < 1 or not name or name == '' then
-    return nil
-  end
-  p.params = int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B)
-  p.key = base .. ':' .. name
-  p.logkey = base .. '~log:' .. name
+-- A policy with its keys: ARGV's parts (text) or an override's (see parse_override).
+-- params is the text its state begins with: the arguments as they came when they are
+-- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
+local function keyed(p, params)
+  p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
+  p.key = base .. ':' .. STATE_FORMAT .. ':' .. p.name
+  p.logkey = base .. '~log:' .. STATE_FORMAT .. ':' .. p.name
   return p
 end
 
--- The policy sets of the arguments.
-local defaults, tiers = nil, {}
-local at = 8
-for s = 1, sets do
-  local tier, n = ARGV[at], nat(ARGV[at + 1])
-  if not tier or not n then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. s) end
-  at = at + 2
+-- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
+-- and the name), or nil and the index of the first malformed one. The parameters are
+-- digits only (so tonumber reads them in decimal, as nat) and bounded by policy_of.
+local function policies_at(at, n)
   local set = {}
   for i = 1, n do
-    local p = policy(ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
-    if not p then return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. i) end
-    set[i] = p
-    at = at + 5
+    local params, name = ARGV[at], ARGV[at + 1]
+    local a, L, P, B = string.match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+    local p = a and policy_of(tonumber(a), tonumber(L), tonumber(P), tonumber(B))
+    if not p or not valid_name(name) then return nil, i end
+    p.name = name
+    -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the
+    -- stored states' prefix as it is.
+    if string.byte(params, 1) == 48 or string.find(params, '.0', 1, true) then params = nil end
+    set[i] = keyed(p, params)
+    at = at + 2
   end
-  if s == 1 then defaults = set else tiers[tier] = set end
+  return set
 end
+
+-- Where the policies of the set of tier begin in ARGV (tier nil: the defaults, the first
+-- set) and their count; false when no set has that tier; nil and the set's index for a
+-- malformed set. Only the set that applies is parsed: the others are skipped by their
+-- counts alone.
+local function find_set(tier)
+  local at = 8
+  for s = 1, sets do
+    local name, n = ARGV[at], nat(ARGV[at + 1])
+    if not name or not n then return nil, s end
+    if (s == 1 and not tier) or (s > 1 and name == tier) then return at + 2, n end
+    at = at + 2 + 2 * n
+  end
+  return false
+end
+
+-- The key's configuration. One that cannot be read decides nothing, not even a reset (which
+-- policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes it.
+local cfg, problem = read_config(KEYS[1])
+if not problem then problem = config_problem(cfg) end
+if problem then
+  return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. KEYS[1] .. ': '
+    .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
+end
+local version = nat(cfg[3] or '0')
 
 -- Which policies apply: the override, else the tier, else the unconfigured behaviour.
-local cfg = redis.call('HMGET', KEYS[1], 'o', 't', 'v')
-local version = nat(cfg[3] or '0')
-if not version then return redis.error_reply('TURNSTILE_INVALID_STATE invalid version at ' .. KEYS[1]) end
 local policies, applied, tier_name = nil, 0, ''
 if cfg[1] then
-  policies, applied = {}, 1
-  for line in string.gmatch(cfg[1], '[^\n]+') do
-    local a, l, pp, b, name = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (.+)$')
-    local p = a and policy(a, l, pp, b, name)
-    if not p then
-      return redis.error_reply('TURNSTILE_INVALID_STATE invalid override at ' .. KEYS[1])
-    end
-    policies[#policies + 1] = p
-  end
-  if #policies == 0 then
-    return redis.error_reply('TURNSTILE_INVALID_STATE empty override at ' .. KEYS[1])
-  end
-elseif cfg[2] and tiers[cfg[2]] then
-  policies, applied, tier_name = tiers[cfg[2]], 2, cfg[2]
-elseif mode == 'deny' then
-  applied = 3
-elseif mode == 'allow' then
-  applied = 4
+  policies, applied = parse_override(cfg[1]), 1
+  for _, p in ipairs(policies) do keyed(p) end
 else
-  policies = defaults
+  local at, n
+  if cfg[2] then
+    at, n = find_set(cfg[2])
+    if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
+    if at then applied, tier_name = 2, cfg[2] end
+  end
+  if not at then
+    if mode == 'deny' then
+      applied = 3
+    elseif mode == 'allow' then
+      applied = 4
+    else
+      at, n = find_set(nil)
+      if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
+    end
+  end
+  if at then
+    local bad_at
+    policies, bad_at = policies_at(at, n)
+    if not policies then
+      return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. bad_at)
+    end
+  end
 end
 
-if op ~= 'check' then
+-- A refund or a reset bumps the key's version, once every state it needs was read (an
+-- error reply changes nothing).
+local function bump()
   version = redis.call('HINCRBY', KEYS[1], 'v', 1)
   if not cfg[1] and not cfg[2] then
     -- A version alone is kept a day: long enough for anyone holding the old one to see it.
@@ -115,25 +159,33 @@ if op ~= 'check' then
 end
 
 local function reply(results)
-  local out = {now, applied, tier_name, version, #results}
+  local out, o = {now, applied, tier_name, version, #results}, 5
+  local full = applied == 1
   for i = 1, #results do
-    local p, r = policies[i], results[i]
-    for _, v in ipairs({p.alg, p.L, p.P, p.B, p.name, r.allowed, r.remaining}) do
-      out[#out + 1] = v
+    local r = results[i]
+    local retry, reset, delay = r.retry, r.reset, r.delay
+    if full then
+      local p = policies[i]
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
+      o = o + 5
     end
-    if r.retry then
-      out[#out + 1] = r.retry[1]; out[#out + 1] = r.retry[2]; out[#out + 1] = r.retry[3]
+    out[o + 1], out[o + 2] = r.allowed, r.remaining
+    if retry then
+      out[o + 3], out[o + 4], out[o + 5] = retry[1], retry[2], retry[3]
     else
-      out[#out + 1] = -1; out[#out + 1] = 0; out[#out + 1] = 1
+      out[o + 3], out[o + 4], out[o + 5] = -1, 0, 1
     end
-    for _, d in ipairs({r.reset, r.delay}) do
-      out[#out + 1] = d[1]; out[#out + 1] = d[2]; out[#out + 1] = d[3]
-    end
+    out[o + 6], out[o + 7], out[o + 8] = reset[1], reset[2], reset[3]
+    out[o + 9], out[o + 10], out[o + 11] = delay[1], delay[2], delay[3]
+    o = o + 11
   end
   return out
 end
 
-if not policies then return reply({}) end
+if not policies then
+  if op ~= 'check' then bump() end
+  return reply({})
+end
 
 -- The state of p, in p's terms: a state stored under other parameters carries over.
 local function carry(q, p, st, t)
@@ -165,16 +217,47 @@ local function carry(q, p, st, t)
     if written + 1 == w then return {updated = t, w = w, cur = 0, prev = total} end
     return fresh()
   elseif q.alg == 5 and p.alg == 5 then
+    -- The log as it is, unless every entry expired under q (the key's reset_after elapsed:
+    -- it is fresh, though not dropped yet); a longer period must not revive it.
+    local newest, _, err = log_newest(p, st)
+    if err then return err end
+    if not newest and st.total > 0 then return bad(p.logkey, 'no log') end
+    if not newest or t - newest >= q.P then return fresh() end
     return st
   end
   return fresh()
 end
 
+-- The stored state of p at p.key, in p's terms, or an error ({err = ...}) when the key holds
+-- anything the scripts do not write: another type, other fields, a number that is not one
+-- (see nat), a state no sequence of requests leaves. Sets p.carried when the state was
+-- written under other parameters (and carried over).
 local function load(p)
-  local raw = redis.call('GET', p.key)
-  if not raw then return ALG[p.alg].fresh() end
-  local parts = split(raw, '|')
-  local q = parse_params(parts[1] or '')
+  local raw, err = read(p.key, 'GET', p.key)
+  if err then return err end
+  local a = ALG[p.alg]
+  if not raw then return a.fresh() end
+  -- The common case: written under p's own parameters (as p.params spells them), then
+  -- exactly a.fields numbers, each digits only (so tonumber reads it in decimal, as nat).
+  local pre = #p.params
+  if string.sub(raw, 1, pre + 1) == p.params .. '|' then
+    local n1, n2, n3, n4 = string.match(raw, STATE_FIELDS[a.fields], pre + 2)
+    if n1 then
+      local nums = {tonumber(n1), tonumber(n2), n3 and tonumber(n3), n4 and tonumber(n4)}
+      local ok = true
+      for i = 1, a.fields do
+        if nums[i] > MAX_EXACT then ok = false end
+      end
+      if ok then
+        local st = a.parse(p, nums)
+        if not st then return bad(p.key) end
+        return st
+      end
+    end
+  end
+  -- Anything else: parameters written otherwise (carried over), or not a state at all.
+  local parts = fields(raw, '|')
+  local q = parse_params(parts[1])
   if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(p.key) end
   local nums = {}
   for i = 2, #parts do
@@ -183,15 +266,16 @@ local function load(p)
   end
   local st = ALG[q.alg].parse(q, nums)
   if not st then return bad(p.key) end
-  if parts[1] == p.params then return st end
+  if q.alg == p.alg and q.L == p.L and q.P == p.P and q.B == p.B then return st end
   local t = now
   if st.updated > t then t = st.updated end
+  p.carried = true
   return carry(q, p, st, t)
 end
 
 local function save(p, st, t, ttl)
   store(p.key, p.params .. '|' .. ALG[p.alg].encode(st), ttl)
-  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
+  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, int(ttl)) end
 end
 
 local function ttl_of(reset)
@@ -202,21 +286,39 @@ local function ttl_of(reset)
 end
 
 local states = {}
-for i, p in ipairs(policies) do
-  local st = load(p)
-  if st.err then return redis.error_reply(st.err) end
-  -- A clock earlier than the key's last update: use the last update's time.
-  p.now = now
-  if st.updated > now then p.now = st.updated end
-  states[i] = st
+if op == 'reset' then
+  -- Forget whatever the keys hold, garbage included: nothing is read.
+  for i, p in ipairs(policies) do
+    redis.call('DEL', p.key, p.logkey)
+    states[i] = ALG[p.alg].fresh()
+    p.now = now
+  end
+  bump()
+else
+  for i, p in ipairs(policies) do
+    local st = load(p)
+    if st.err then return redis.error_reply(st.err) end
+    -- A clock earlier than the key's last update: use the last update's time.
+    p.now = now
+    if st.updated > now then p.now = st.updated end
+    states[i] = st
+  end
 end
 
-if op == 'reset' then
-  for _, p in ipairs(policies) do redis.call('DEL', p.key, p.logkey) end
-  for i, p in ipairs(policies) do states[i] = ALG[p.alg].fresh() end
-elseif op == 'refund' then
+if op == 'refund' then
+  -- Read every state (a sliding log's entries too) before anything changes.
   for i, p in ipairs(policies) do
-    local st = ALG[p.alg].refund(p, states[i], p.now, cost)
+    local r = ALG[p.alg].decide(p, states[i], p.now, 0)
+    if r.err then return redis.error_reply(r.err) end
+  end
+  bump()
+  -- As turnstile-core's refund: a carried-over state is stored (the old parameters' state is
+  -- gone), then cost units go back, if there are any to give (refund returns nil when there
+  -- is nothing: another window, an empty log). A state with nothing left in use is dropped.
+  for i, p in ipairs(policies) do
+    local st = nil
+    if cost > 0 then st = ALG[p.alg].refund(p, states[i], p.now, cost) end
+    if not st and p.carried then st = states[i] end
     if st then
       local r = ALG[p.alg].decide(p, st, p.now, 0)
       if r.err then return redis.error_reply(r.err) end

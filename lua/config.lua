@@ -1,5 +1,7 @@
 -- turnstile: read or change one client key's configuration (its override and its tier).
 --
+-- Composed after prelude.lua into one script.
+--
 -- KEYS[1] the key's configuration hash: o = override (lines "alg L P B name"), t = tier,
 --         v = version
 -- ARGV[1] 'get'; 'set' to change one field; or 'clear' to remove the override and the tier
@@ -9,30 +11,56 @@
 -- A change bumps the version. A configured key (with o or t) never expires; one holding
 -- only a version expires after a day.
 --
+-- 'get' and 'set' refuse a configuration that cannot be read (TURNSTILE_INVALID_STATE: a key
+-- of another type, or a field that is not what the scripts write; see config_problem in
+-- prelude.lua). 'clear' forgets whatever the key holds, so it repairs such a key: the
+-- version goes on from the stored one when that can be read, else from 0.
+--
 -- Returns {override or '', tier or '', version}.
 
-if ARGV[1] == 'set' or ARGV[1] == 'clear' then
-  if ARGV[1] == 'clear' then
-    redis.call('HDEL', KEYS[1], 'o', 't')
-  else
-    local field = ARGV[2]
-    if field ~= 'o' and field ~= 't' then
-      return redis.error_reply('TURNSTILE_ARGS unknown configuration field')
-    end
-    if ARGV[3] == '' then
-      redis.call('HDEL', KEYS[1], field)
-    else
-      redis.call('HSET', KEYS[1], field, ARGV[3])
-    end
-  end
-  redis.call('HINCRBY', KEYS[1], 'v', 1)
-  if redis.call('HEXISTS', KEYS[1], 'o') == 1 or redis.call('HEXISTS', KEYS[1], 't') == 1 then
-    redis.call('PERSIST', KEYS[1])
-  else
-    redis.call('PEXPIRE', KEYS[1], 86400000)
-  end
-elseif ARGV[1] ~= 'get' then
+local op, key = ARGV[1], KEYS[1]
+if op ~= 'get' and op ~= 'set' and op ~= 'clear' then
   return redis.error_reply('TURNSTILE_ARGS unknown operation')
 end
-local cfg = redis.call('HMGET', KEYS[1], 'o', 't', 'v')
-return {cfg[1] or '', cfg[2] or '', tonumber(cfg[3] or '0')}
+if op == 'clear' then
+  local version = 0
+  local v = redis.pcall('HGET', key, 'v')
+  if type(v) == 'string' then version = nat(v) or 0 end
+  version = version + 1
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'v', int(version))
+  redis.call('PEXPIRE', key, 86400000)
+  return {'', '', version}
+end
+
+local cfg, problem = read_config(key)
+if not problem then problem = config_problem(cfg) end
+if problem then
+  return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. key .. ': '
+    .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
+end
+local version = nat(cfg[3] or '0')
+
+if op == 'set' then
+  local field, value = ARGV[2], ARGV[3]
+  if field ~= 'o' and field ~= 't' then
+    return redis.error_reply('TURNSTILE_ARGS unknown configuration field')
+  end
+  if (field == 'o' and value ~= '' and not parse_override(value))
+     or (field == 't' and value ~= '' and not valid_tier(value)) then
+    return redis.error_reply('TURNSTILE_ARGS invalid ' .. field)
+  end
+  if value == '' then
+    redis.call('HDEL', key, field)
+  else
+    redis.call('HSET', key, field, value)
+  end
+  version = redis.call('HINCRBY', key, 'v', 1)
+  cfg = redis.call('HMGET', key, 'o', 't')
+  if cfg[1] or cfg[2] then
+    redis.call('PERSIST', key)
+  else
+    redis.call('PEXPIRE', key, 86400000)
+  end
+end
+return {cfg[1] or '', cfg[2] or '', version}

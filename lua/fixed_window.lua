@@ -2,10 +2,14 @@
 --
 -- State at KEY: "alg.L.P.B|updated_ms|w|n", n the units admitted in window w.
 
-ALG[4] = {
+MAKE[4] = function() return {
   fields = 3,
   fresh = function() return {updated = 0, w = -1, n = 0} end,
-  parse = function(q, n) return {updated = n[1], w = n[2], n = n[3]} end,
+  parse = function(q, n)
+    -- Written at updated_ms, so in its window; never more than L.
+    if n[2] ~= divmod(n[1], q.P) or n[3] > q.L then return nil end
+    return {updated = n[1], w = n[2], n = n[3]}
+  end,
   decide = function(p, st, now, c)
     local L = p.L
     local w, e = divmod(now, p.P)
@@ -36,4 +40,4 @@ ALG[4] = {
     return {updated = now, w = w, n = n}
   end,
   encode = function(st) return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.n) end,
-}
+} end

@@ -1,9 +1,17 @@
--- turnstile: shared helpers for the per-algorithm pieces and check.lua.
+-- turnstile: shared helpers of every script (check.lua with the per-algorithm pieces, and
+-- config.lua).
 --
 -- Lua numbers in Redis are IEEE doubles: every integer below 2^53 is exact, and so is every
--- sum, difference and product that stays below 2^53. SEMANTICS.md bounds max(L, B) * P
--- below 2^53, and every piece keeps its intermediates under that bound. Division is done
--- with math.fmod, which is exact for doubles, never with '/' followed by floor.
+-- sum, difference and product that stays below 2^53. SEMANTICS.md bounds times and costs by
+-- 2^53 - 1 and max(L, B) * P by 2^53 - 1, and every piece keeps its intermediates inside
+-- those bounds: a time plus a period can pass 2^53, so times are compared and subtracted
+-- before anything is added to them (now - t < P, never t + P > now), and no state holds an
+-- absolute time plus a duration. Division is done with math.fmod, which is exact for
+-- doubles, never with '/' followed by floor.
+--
+-- Everything read from Redis is parsed strictly (nat, fields, policy_of): a value Lua's
+-- tonumber happens to accept ('0x10', ' 1', '1e3', 'inf', '-0', '1.0') is invalid state,
+-- reported as TURNSTILE_INVALID_STATE, never guessed at.
 
 -- Exact integer division of a >= 0 by b > 0: quotient and remainder.
 local function divmod(a, b)
@@ -39,38 +47,145 @@ end
 -- Integers as text, exactly (tostring would print 15+ digit numbers in exponent form).
 local function int(n) return string.format('%.0f', n) end
 
-local TWO53 = 9007199254740992
+-- The contract's bounds (SEMANTICS.md "Inputs"; turnstile_core::policy's MAX_* constants).
+local MAX_EXACT = 9007199254740991 -- 2^53 - 1: times, costs, max(L, B) * P
+local MAX_LIMIT = 4294967295 -- 2^32 - 1: L and B
+local MAX_PERIOD = 31536000000 -- 365 days in ms
 
--- A non-negative integer below 2^53 from text, or nil.
+-- The one parser of integers: a non-negative integer <= 2^53 - 1 written in decimal digits
+-- only (leading zeros allowed), else nil. Redis replies and arguments arrive as strings;
+-- anything else (nil, false) is not a number either.
 local function nat(s)
+  if type(s) ~= 'string' or not string.find(s, '^%d+$') then return nil end
+  -- Digits only, so tonumber reads them in decimal; a value of 2^53 or more rounds to a
+  -- double of 2^53 or more (rounding is monotonic), never to one below.
   local n = tonumber(s)
-  if not n or n < 0 or n >= TWO53 or n ~= math.floor(n) then return nil end
+  if not n or n > MAX_EXACT then return nil end
   return n
 end
 
-local function split(s, sep)
-  local parts = {}
-  for field in string.gmatch(s, '[^' .. sep .. ']+') do parts[#parts + 1] = field end
-  return parts
+-- s split at every sep (one plain character), empty fields kept: 'a||b' is {'a', '', 'b'}.
+local function fields(s, sep)
+  local parts, from = {}, 1
+  while true do
+    local at = string.find(s, sep, from, true)
+    if not at then
+      parts[#parts + 1] = string.sub(s, from)
+      return parts
+    end
+    parts[#parts + 1] = string.sub(s, from, at - 1)
+    from = at + 1
+  end
 end
 
-local function bad(key)
-  return {err = 'TURNSTILE_INVALID_STATE invalid state at ' .. key}
+-- The version of the stored states' format, part of every state and log key whatever the
+-- prefix (keys::STATE_FORMAT on the Rust side): a release that stores states differently
+-- uses other keys, so no release ever reads another's format. 'f2': GCRA's state holds its
+-- TAT relative to the last update (format 1, before it, held it absolute at the same keys
+-- without a version). Configurations (~cfg) keep their key: their format is unchanged.
+local STATE_FORMAT = 'f2'
+
+-- A state's numbers after its parameters, by their count: digits only, '|' between them.
+local STATE_FIELDS = {
+  [2] = '^(%d+)|(%d+)$',
+  [3] = '^(%d+)|(%d+)|(%d+)$',
+  [4] = '^(%d+)|(%d+)|(%d+)|(%d+)$',
+}
+
+-- The error of a policy's state that cannot be read (at key: its state or its log). A reset
+-- forgets it.
+local function bad(key, why)
+  local m = 'TURNSTILE_INVALID_STATE invalid state at ' .. key
+  if why then m = m .. ': ' .. why end
+  return {err = m .. '; resetting the client key (turnstile quota reset) forgets it'}
 end
 
--- Parameters "alg.L.P.B" (as stored with every state) into a table, or nil.
-local function parse_params(s)
-  local a, l, p, b = string.match(s, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
-  if not a then return nil end
-  a, l, p, b = nat(a), nat(l), nat(p), nat(b)
-  if not a or not l or not p or not b or l < 1 or p < 1 or b < 1 or a < 1 or a > 6 then
+-- A read of key: redis.pcall, with an error reply (a key of another type: WRONGTYPE) turned
+-- into invalid state at key rather than a script error. Returns the reply, or nil and the
+-- error.
+local function read(key, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then return nil, bad(key, r.err) end
+  return r
+end
+
+local function is_bucket(alg) return alg == 1 or alg == 2 or alg == 3 end
+
+-- A policy's parameters, numbers already parsed, if they are a policy the contract accepts
+-- (SEMANTICS.md "Inputs"): algorithm id 1 to 6, 1 <= L <= 2^32 - 1, 1 <= P <= 365 days in
+-- ms, capacity 1 <= B <= 2^32 - 1 (equal to L for the windows), max(L, B) * P <= 2^53 - 1
+-- (compared without forming the product). Returns {alg, L, P, B}, or nil.
+local function policy_of(alg, L, P, B)
+  if not alg or not L or not P or not B then return nil end
+  if alg < 1 or alg > 6 or L < 1 or L > MAX_LIMIT or P < 1 or P > MAX_PERIOD or B < 1
+     or B > MAX_LIMIT then
     return nil
   end
-  return {alg = a, L = l, P = p, B = b}
+  if not is_bucket(alg) and B ~= L then return nil end
+  local most = L
+  if B > most then most = B end
+  if most > divmod(MAX_EXACT, P) then return nil end
+  return {alg = alg, L = L, P = P, B = B}
+end
+
+-- Parameters "alg.L.P.B" (as stored with every state) into a policy, or nil.
+local function parse_params(s)
+  local f = fields(s, '.')
+  if #f ~= 4 then return nil end
+  return policy_of(nat(f[1]), nat(f[2]), nat(f[3]), nat(f[4]))
+end
+
+-- Whether name is a policy name turnstile_core accepts (Policy::with_name): 1 to 200
+-- printable ASCII characters (0x20 to 0x7E) other than '"' and '\'.
+local function valid_name(name)
+  -- %c: the control characters, 0x00 to 0x1F and 0x7F (C locale).
+  return type(name) == 'string' and #name >= 1 and #name <= 200
+    and not string.find(name, '[%c"\\\128-\255]')
+end
+
+-- Whether t is a tier name turnstile_core accepts (quota::validate_tier_name): 1 to 64 ASCII
+-- letters, digits, '-', '_' and '.'.
+local function valid_tier(t)
+  return type(t) == 'string' and #t >= 1 and #t <= 64 and not string.find(t, '[^%w%-_%.]')
+end
+
+-- An override as stored in a configuration hash: lines "alg L P B name", one per policy,
+-- separated by '\n' (no empty line, names unique). Returns a list of {alg, L, P, B, name},
+-- or nil.
+local function parse_override(s)
+  local out, seen = {}, {}
+  for _, line in ipairs(fields(s, '\n')) do
+    local f = fields(line, ' ')
+    if #f < 5 then return nil end
+    local p = policy_of(nat(f[1]), nat(f[2]), nat(f[3]), nat(f[4]))
+    -- The name is the rest of the line (it may hold spaces).
+    local name = table.concat(f, ' ', 5)
+    if not p or not valid_name(name) or seen[name] then return nil end
+    seen[name] = true
+    p.name = name
+    out[#out + 1] = p
+  end
+  return out
+end
+
+-- A client key's configuration hash: HMGET's reply for o, t, v (false where absent), or
+-- nil and why it cannot be read (a key of another type).
+local function read_config(key)
+  local cfg = redis.pcall('HMGET', key, 'o', 't', 'v')
+  if cfg.err then return nil, 'not a hash (' .. cfg.err .. ')' end
+  return cfg
+end
+
+-- Why a configuration (read_config's reply) cannot be used, or nil when it can.
+local function config_problem(cfg)
+  if cfg[3] and not nat(cfg[3]) then return 'its version is not an integer' end
+  if cfg[1] and not parse_override(cfg[1]) then return 'its override is not a valid policy list' end
+  if cfg[2] and not valid_tier(cfg[2]) then return 'its tier is not a valid tier name' end
+  return nil
 end
 
 local function store(key, value, ttl)
-  redis.call('SET', key, value, 'PX', ttl)
+  redis.call('SET', key, value, 'PX', int(ttl))
 end
 
 -- A policy's result. retry == nil means no wait can help ("never"). r.new, when set, is
@@ -80,6 +195,14 @@ local function result(allowed, remaining, retry, reset, delay)
           delay = delay or ZERO}
 end
 
-local function is_bucket(alg) return alg == 1 or alg == 2 or alg == 3 end
-
-local ALG = {}
+-- The algorithms by id: ALG[id] is built by MAKE[id] the first time a call uses it, so a
+-- call creates the functions of the algorithms it runs, not of all six (with EVALSHA the
+-- whole script runs again on every call).
+local MAKE = {}
+local ALG = setmetatable({}, {__index = function(t, id)
+  local make = MAKE[id]
+  if not make then return nil end
+  local a = make()
+  rawset(t, id, a)
+  return a
+end})

@@ -2,44 +2,75 @@
 -- millisecond; an entry logged at s expires at exactly s + P. used = the live entries' cost.
 --
 -- State at KEY: "alg.L.P.B|updated_ms|total", total = the cost of every entry in the list
--- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:' and
--- the policy name): a list of "time:cost", oldest first.
+-- (expired ones not yet pruned included); the log at LOGKEY (KEY's hash tag, '~log:', the
+-- state format and the policy name): a list of "time:cost", oldest first.
+--
+-- s + P can pass 2^53 when s is near it: an entry is live iff now - s < P, and it expires
+-- P - (now - s) ms from now (s <= updated_ms <= now).
 
 local CHUNK = 128
 
-local function log_entry(s)
-  local t, c = string.match(s or '', '^(%d+):(%d+)$')
-  return tonumber(t), tonumber(c)
+-- One entry of st's log: its time and cost, or nil when there is none (s is nil), or nil
+-- and an error when s is not an entry st's log can hold (cost 0, a time after st's last
+-- update, anything but "digits:digits").
+local function log_entry(p, st, s)
+  if not s then return nil end
+  local f = fields(s, ':')
+  local t, c = nat(f[1]), nat(f[2])
+  if #f ~= 2 or not t or not c or c < 1 or t > st.updated then
+    return nil, nil, bad(p.logkey)
+  end
+  return t, c
 end
 
-ALG[5] = {
+-- The log's entries from index i on, CHUNK at a time, or nil and an error.
+local function log_range(p, i)
+  return read(p.logkey, 'LRANGE', p.logkey, i, i + CHUNK - 1)
+end
+
+-- The newest entry of the log, or nil, or nil and an error.
+local function log_newest(p, st)
+  local s, err = read(p.logkey, 'LINDEX', p.logkey, -1)
+  if err then return nil, nil, err end
+  return log_entry(p, st, s)
+end
+
+MAKE[5] = function() return {
   fields = 2,
   fresh = function() return {updated = 0, total = 0, fresh = true} end,
   parse = function(q, n) return {updated = n[1], total = n[2]} end,
   decide = function(p, st, now, c)
     local L, P = p.L, p.P
-    -- Count the expired prefix (entries with time + P <= now).
+    local function live(t) return now - t < P end
+    -- Count the expired prefix (entries with now - time >= P).
     local expired_n, expired_cost = 0, 0
     local live_from = nil -- list entries from this index on are live
     if not st.fresh then
       local i = 0
       while not live_from do
-        local chunk = redis.call('LRANGE', p.logkey, i, i + CHUNK - 1)
+        local chunk, err = log_range(p, i)
+        if err then return err end
+        -- The log's entries add up to total: no log, no total.
+        if i == 0 and #chunk == 0 and st.total > 0 then return bad(p.logkey, 'no log') end
         if #chunk == 0 then break end
         for j = 1, #chunk do
-          local t, cost = log_entry(chunk[j])
-          if not t then return bad(p.logkey) end
-          if t + P > now then live_from = i + j - 1; break end
+          local t, cost, e = log_entry(p, st, chunk[j])
+          if e then return e end
+          if live(t) then live_from = i + j - 1; break end
           expired_n, expired_cost = expired_n + 1, expired_cost + cost
         end
         i = i + CHUNK
       end
     end
+    if expired_cost > st.total then return bad(p.key, 'total below the log') end
     local used = st.total - expired_cost
-    if used < 0 then used = 0 end
     local newest = nil
-    if live_from then newest = log_entry(redis.call('LINDEX', p.logkey, -1)) end
-    local function until_expiry(t) return dur_ms(t + P - now) end
+    if live_from then
+      local t, _, err = log_newest(p, st)
+      if err then return err end
+      newest = t
+    end
+    local function until_expiry(t) return dur_ms(P - (now - t)) end
     local reset = ZERO
     if newest then reset = until_expiry(newest) end
     local rem = L - used
@@ -56,11 +87,12 @@ ALG[5] = {
     local freed, retry = 0, reset
     local i = live_from
     while i do
-      local chunk = redis.call('LRANGE', p.logkey, i, i + CHUNK - 1)
+      local chunk, err = log_range(p, i)
+      if err then return err end
       if #chunk == 0 then break end
       for j = 1, #chunk do
-        local t, cost = log_entry(chunk[j])
-        if not t then return bad(p.logkey) end
+        local t, cost, e = log_entry(p, st, chunk[j])
+        if e then return e end
         freed = freed + cost
         if freed >= need then retry = until_expiry(t); i = nil; break end
       end
@@ -68,7 +100,8 @@ ALG[5] = {
     end
     return result(0, rem, retry, reset)
   end,
-  -- Writes the log itself; returns the state to store at KEY.
+  -- Writes the log itself; returns the state to store at KEY. decide has read the log (its
+  -- newest live entry included) without error.
   admitted = function(p, st, now, r, c)
     if st.fresh then
       -- no state (or another algorithm's): drop whatever log is left
@@ -76,7 +109,7 @@ ALG[5] = {
     elseif r.prune > 0 then
       redis.call('LTRIM', p.logkey, r.prune, -1)
     end
-    local t, cost = log_entry(redis.call('LINDEX', p.logkey, -1))
+    local t, cost = log_newest(p, st)
     if t == now then
       redis.call('LSET', p.logkey, -1, int(now) .. ':' .. int(cost + c))
     else
@@ -84,13 +117,14 @@ ALG[5] = {
     end
     return {updated = now, total = r.total}
   end,
-  -- Shrinks the newest live entries first; writes the log itself.
+  -- Shrinks the newest live entries first; writes the log itself. decide has read the log
+  -- without error.
   refund = function(p, st, now, c)
     if st.fresh then return nil end
     local rest, total = c, st.total
     while rest > 0 do
-      local t, cost = log_entry(redis.call('LINDEX', p.logkey, -1))
-      if not t or t + p.P <= now then break end
+      local t, cost = log_newest(p, st)
+      if not t or now - t >= p.P then break end
       local take = min(rest, cost)
       if take == cost then
         redis.call('RPOP', p.logkey)
@@ -102,4 +136,4 @@ ALG[5] = {
     return {updated = now, total = total}
   end,
   encode = function(st) return int(st.updated) .. '|' .. int(st.total) end,
-}
+} end

@@ -12,10 +12,14 @@ local function sliding_counts(st, w)
   return 0, 0
 end
 
-ALG[6] = {
+MAKE[6] = function() return {
   fields = 4,
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
-  parse = function(q, n) return {updated = n[1], w = n[2], cur = n[3], prev = n[4]} end,
+  parse = function(q, n)
+    -- Written at updated_ms, so in its window; neither count ever more than L.
+    if n[2] ~= divmod(n[1], q.P) or n[3] > q.L or n[4] > q.L then return nil end
+    return {updated = n[1], w = n[2], cur = n[3], prev = n[4]}
+  end,
   decide = function(p, st, now, c)
     local L, P = p.L, p.P
     local w, e = divmod(now, P)
@@ -62,4 +66,4 @@ ALG[6] = {
   encode = function(st)
     return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.cur) .. '|' .. int(st.prev)
   end,
-}
+} end

@@ -46,7 +46,7 @@ DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
 # window, 5 sliding log, 6 sliding window.
 TAG='00000000000000000000__rand_int__'
 targs() {  # alg limit period_ms capacity
-  echo "$CHECK 1 turnstile:v1:{$TAG}~cfg '' 1 0 defaults check turnstile:v1:{$TAG} 1 '' 1 $1 $2 $3 $4 p"
+  echo "$CHECK 1 turnstile:v1:{$TAG}~cfg '' 1 0 defaults check turnstile:v1:{$TAG} 1 '' 1 $1.$2.$3.$4 p"
 }
 NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window)
 declare -A CMD=(
@@ -69,7 +69,7 @@ for name in "${NAMES[@]}"; do
   case $name in
     empty|defs-only) ok=$([ "$reply" = "1 " ] && echo y) ;;
     gcra.lua) ok=$(awk '{ if ($1 == 1) print "y" }' <<<"$reply") ;;
-    *) ok=$(awk '{ if ($10 == 1) print "y" }' <<<"$reply") ;;  # empty tier name: no field
+    *) ok=$(awk '{ if ($5 == 1) print "y" }' <<<"$reply") ;;  # empty tier name: no field
   esac
   [ "$ok" = y ] || { echo "$0: the $name invocation does not admit: $reply" >&2; exit 1; }
 done

@@ -32,15 +32,16 @@ SHA=$("${R[@]}" -x SCRIPT LOAD <"$OUT/check.lua")
 # The check script's arguments for one all-admitting token bucket, as RedisBackend sends them
 # (lua/check.lua's header): KEYS[1] the key's configuration hash; ARGV: time ('' = the
 # server's TIME), cost, least TTL, unconfigured mode, op, key base, 1 policy set: tier '', 1
-# policy: algorithm 1 (token bucket), limit 1, period 1000 ms, burst 10^9, name "bench". The
+# policy: parameters "1.1.1000.1000000000" (algorithm 1, token bucket; limit 1; period
+# 1000 ms; burst 10^9), name "bench". The
 # client key is 32 characters, as the backend's hashed keys are; redis-benchmark puts a
 # random 12-digit number in place of each __rand_int__ (-r 10000: 10,000 keys).
 TAG='00000000000000000000__rand_int__'
-ARGS=(1 "turnstile:v1:{$TAG}~cfg" '' 1 0 defaults check "turnstile:v1:{$TAG}" 1 '' 1 1 1 1000 1000000000 bench)
+ARGS=(1 "turnstile:v1:{$TAG}~cfg" '' 1 0 defaults check "turnstile:v1:{$TAG}" 1 '' 1 1.1.1000.1000000000 bench)
 
 # Proof the invocation is the same decision: both admit, same fields.
-"${R[@]}" EVALSHA "$SHA" 1 'turnstile:v1:{probe}~cfg' '' 1 0 defaults check 'turnstile:v1:{probe}' 1 '' 1 1 1 1000 1000000000 bench \
-  | sed -n '6,12p' | tr '\n' ' ' | awk '{ if ($6 != 1) { print "the redis-benchmark invocation is not admitted: " $0; exit 1 } }'
+"${R[@]}" EVALSHA "$SHA" 1 'turnstile:v1:{probe}~cfg' '' 1 0 defaults check 'turnstile:v1:{probe}' 1 '' 1 1.1.1000.1000000000 bench \
+  | sed -n '6,12p' | tr '\n' ' ' | awk '{ if ($1 != 1) { print "the redis-benchmark invocation is not admitted: " $0; exit 1 } }'
 
 field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p"; }
 

@@ -1,8 +1,10 @@
 //! Helpers for turnstile's end-to-end tests: `redis-server` processes the tests start
-//! themselves, and a TCP proxy to repoint an address at another server.
+//! themselves, a TCP proxy to repoint an address at another server, and the certificates of
+//! the TLS tests.
 
 pub mod proxy;
 pub mod redis_server;
+pub mod tls;
 
 /// The README's Rust snippets, compiled (and run, unless marked `no_run`) as this crate's
 /// doctests, so every snippet stays complete and correct: `cargo test -p turnstile-tests --doc`.

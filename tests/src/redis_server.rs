@@ -18,6 +18,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    tls: bool,
     child: Option<Child>,
 }
 
@@ -39,6 +40,26 @@ fn scratch_dir(port: u16) -> PathBuf {
     dir
 }
 
+/// Waits for `child` to exit and collects its output; kills it and panics after `limit`.
+fn wait_with_deadline(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("the child's output"),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("the child's output");
+                panic!(
+                    "{what} did not finish within {limit:?}: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
+
 /// Sends one inline command and returns the first reply line (`+PONG`, `-ERR ...`).
 pub fn command(port: u16, cmd: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
@@ -58,11 +79,23 @@ impl RedisServer {
 
     /// Starts a server with extra command-line arguments (e.g. `--cluster-enabled yes`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::spawn(extra, false)
+    }
+
+    /// Starts a server that accepts TLS only (`--port 0 --tls-port <port>`), with extra
+    /// arguments that must include `--tls-cert-file` and `--tls-key-file` (see
+    /// [`crate::tls::TestPki::server_args`]).
+    pub fn start_tls(extra: &[&str]) -> Self {
+        Self::spawn(extra, true)
+    }
+
+    fn spawn(extra: &[&str], tls: bool) -> Self {
         let port = free_port();
         let mut server = RedisServer {
             port,
             dir: scratch_dir(port),
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            tls,
             child: None,
         };
         server.restart();
@@ -74,9 +107,10 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://127.0.0.1:<port>` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Kills the server (SIGKILL: no goodbye to clients).
@@ -90,28 +124,33 @@ impl RedisServer {
     /// (Re)starts the server on the same port and waits until it answers `PING`.
     pub fn restart(&mut self) {
         let port = self.port.to_string();
-        let mut args: Vec<String> = [
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--protected-mode",
-            "no",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        let ports: &[&str] = if self.tls {
+            &["--port", "0", "--tls-port", &port]
+        } else {
+            &["--port", &port]
+        };
+        let mut args: Vec<String> = ports.iter().map(|s| (*s).to_owned()).collect();
+        args.extend(
+            [
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned()),
+        );
         args.extend(self.extra.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.launch(&args);
     }
 
     /// Kills the server if it runs, starts `redis-server ARGS` in its folder and waits until
-    /// it answers `PING`.
+    /// it answers `PING` (a TLS server: until it accepts connections).
     fn launch(&mut self, args: &[&str]) {
         self.kill();
         let child = Command::new("redis-server")
@@ -129,7 +168,13 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // Any reply means the server is up (one that needs a password answers -NOAUTH).
-            if command(self.port, "PING").is_ok_and(|r| r.starts_with('+') || r.starts_with('-')) {
+            // A TLS server cannot answer a plain PING: it is up once it accepts connections.
+            let up = if self.tls {
+                TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                command(self.port, "PING").is_ok_and(|r| r.starts_with('+') || r.starts_with('-'))
+            };
+            if up {
                 return;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
@@ -188,6 +233,8 @@ impl TestRedis {
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// Each node's TLS port, for a Cluster started with [`RedisCluster::start_tls`].
+    tls_ports: Vec<u16>,
 }
 
 impl RedisCluster {
@@ -199,29 +246,69 @@ impl RedisCluster {
     /// As [`RedisCluster::start`], with extra arguments for every node (e.g.
     /// `--cluster-node-timeout 1000`, `--cluster-require-full-coverage no`).
     pub fn start_with(n: usize, extra: &[&str]) -> Self {
+        Self::spawn(n, extra, None)
+    }
+
+    /// Starts `n` (≥ 3) cluster-enabled servers that also serve TLS on ports of their own
+    /// with `pki`'s certificates, requiring client certificates, their cluster bus in TLS
+    /// too (`--tls-cluster yes`): Cluster commands over TLS name the TLS ports. The plain
+    /// ports stay open for the tests' own commands.
+    pub fn start_tls(n: usize, pki: &crate::tls::TestPki) -> Self {
+        Self::spawn(n, &["--cluster-node-timeout", "5000"], Some(pki))
+    }
+
+    fn spawn(n: usize, extra: &[&str], pki: Option<&crate::tls::TestPki>) -> Self {
+        let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..n)
             .map(|_| {
-                let mut args = vec![
+                let mut args: Vec<String> = [
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
-                ];
-                args.extend_from_slice(extra);
+                ]
+                .map(String::from)
+                .to_vec();
+                args.extend(extra.iter().map(|s| (*s).to_owned()));
+                if let Some(pki) = pki {
+                    let port = free_port();
+                    tls_ports.push(port);
+                    args.extend(["--tls-port".to_owned(), port.to_string()]);
+                    args.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
+                    args.extend(pki.server_args(true));
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 RedisServer::start_with(&args)
             })
             .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port()))
-            .collect();
-        let out = Command::new("redis-cli")
+        let addrs: Vec<String> = match pki {
+            None => nodes
+                .iter()
+                .map(|s| format!("127.0.0.1:{}", s.port()))
+                .collect(),
+            Some(_) => tls_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        };
+        let mut cli = Command::new("redis-cli");
+        if let Some(pki) = pki {
+            cli.arg("--tls")
+                .arg("--cacert")
+                .arg(pki.path("ca.pem"))
+                .arg("--cert")
+                .arg(pki.path("client.pem"))
+                .arg("--key")
+                .arg(pki.path("client.key"));
+        }
+        let child = cli
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap_or_else(|e| panic!("redis-cli --cluster create: {e}. {INSTALL_HINT}"));
+        // redis-cli waits for the nodes to join for as long as it takes: not here.
+        let out = wait_with_deadline(child, Duration::from_secs(30), "redis-cli --cluster create");
         assert!(
             out.status.success(),
             "redis-cli --cluster create failed: {}{}",
@@ -240,7 +327,17 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        RedisCluster { nodes }
+        RedisCluster { nodes, tls_ports }
+    }
+
+    /// Comma-separated `rediss://` URLs of every node's TLS port (a Cluster started with
+    /// [`RedisCluster::start_tls`]).
+    pub fn tls_urls(&self) -> String {
+        self.tls_ports
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Comma-separated `redis://` URLs of every node (a Cluster URL for `RedisBackend`).
@@ -387,6 +484,7 @@ impl RedisSentinel {
             port,
             dir,
             extra: Vec::new(),
+            tls: false,
             child: None,
         };
         server.launch(&[config.to_string_lossy().as_ref(), "--sentinel"]);

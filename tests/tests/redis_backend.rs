@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use turnstile_core::wrap::{DenyCache, Fallback};
 use turnstile_core::{
-    Algorithm, Backend, BackendError, Decision, Limits, ManualClock, MemoryBackend, Policy,
-    Unconfigured,
+    Algorithm, Backend, BackendError, Decision, KeyConfig, Limits, ManualClock, MemoryBackend,
+    Policy, Unconfigured,
 };
 use turnstile_core::{FailurePolicy, Quotas};
-use turnstile_redis::{KeyEncoding, RedisBackend};
+use turnstile_redis::{redis, KeyEncoding, RedisBackend};
 use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
 
 fn prefix(test: &str) -> String {
@@ -111,20 +111,11 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
     // live-quota operations: refund, reset, overrides and tiers. Every answer must be equal,
     // field for field, on both backends.
     let redis = TestRedis::get();
-    let on_redis = backend(redis.url(), "random");
-    let memory = MemoryBackend::new();
     // TURNSTILE_SEED=n runs another trace (the default one is fixed, so failures repeat).
-    let mut seed: u64 = std::env::var("TURNSTILE_SEED")
+    let seed: u64 = std::env::var("TURNSTILE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x9e37_79b9_7f4a_7c15)
-        | 1;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+        .unwrap_or(0x9e37_79b9_7f4a_7c15);
     let sets: Vec<Vec<Policy>> = vec![
         vec![p("token-bucket:limit=3,period=1s,burst=5,name=a")],
         vec![p("gcra:limit=7,period=3s,burst=2,name=a")],
@@ -142,121 +133,241 @@ async fn random_traces_decide_on_redis_exactly_as_in_memory() {
             p("sliding-log:limit=8,period=3s,name=log"),
         ],
     ];
-    let pick = |i: u64| sets[i as usize % sets.len()].clone();
-    let mut limits = Limits::new(pick(0)).unwrap();
-    let mut t = 1_700_000_000_000u64;
-    let mut counts = [0u32; 9];
-    for i in 0..3_000 {
-        t += match next(10) {
-            0 => 0,
-            1..=7 => next(300),
-            8 => next(3_000),
-            _ => next(100_000),
+    let trace = Trace {
+        start_ms: 1_700_000_000_000,
+        sets,
+        steps_ms: &[300, 3_000, 100_000],
+        bounds: false,
+    };
+    trace
+        .run(&backend(redis.url(), "random"), seed | 1, 3_000)
+        .await;
+
+    // The same at the contract's bounds (SEMANTICS.md "Inputs" and "Exactness"): times up to
+    // 2^53 − 1 ms (the last stretch of the trace at exactly 2^53 − 1), policies with
+    // max(L, B)·P = 2^53 − 1 (2^53 − 1 = 441,650,591 × 20,394,401) or near it, the longest
+    // period, the largest limit, and costs around each capacity and up to 2^53 − 1.
+    let sets: Vec<Vec<Policy>> = vec![
+        vec![p("token-bucket:limit=441650591,period=20394401ms,name=a")],
+        vec![p(
+            "token-bucket:limit=3,period=20394401ms,burst=441650591,name=a",
+        )],
+        vec![p("gcra:limit=3,period=999999999ms,burst=4,name=a")],
+        vec![p("gcra:limit=3,period=20394401ms,burst=441650591,name=a")],
+        vec![p("gcra:limit=4294967295,period=2097152ms,name=a")],
+        vec![p("leaky-bucket:limit=20394401,period=441650591ms,name=a")],
+        vec![p("leaky-bucket:limit=7,period=365d,burst=285616,name=a")],
+        vec![p("fixed-window:limit=441650591,period=20394401ms,name=a")],
+        vec![p("fixed-window:limit=285616,period=365d,name=a")],
+        vec![p("sliding-log:limit=20394401,period=441650591ms,name=a")],
+        vec![p("sliding-log:limit=1,period=365d,name=a")],
+        vec![p("sliding-log:limit=5,period=1000ms,name=a")],
+        vec![p("sliding-window:limit=441650591,period=20394401ms,name=a")],
+        vec![p("sliding-window:limit=285616,period=365d,name=a")],
+        vec![p("sliding-window:limit=4,period=1000ms,name=a")],
+        vec![
+            p("gcra:limit=441650591,period=20394401ms,name=fast"),
+            p("sliding-window:limit=20394401,period=441650591ms,name=slow"),
+            p("sliding-log:limit=3,period=365d,name=log"),
+        ],
+    ];
+    let trace = Trace {
+        // Gaps of up to 2.9 days (longer than most periods here): 3,000 steps end at 2^53 − 1.
+        start_ms: MAX_EXACT - 35_000_000_000,
+        sets,
+        steps_ms: &[1_000, 3_000_000, 250_000_000],
+        bounds: true,
+    };
+    trace
+        .run(
+            &backend(redis.url(), "random-bounds"),
+            seed.rotate_left(17) | 1,
+            3_000,
+        )
+        .await;
+}
+
+/// 2^53 − 1: the largest time, cost and max(L, B)·P the contract accepts.
+const MAX_EXACT: u64 = (1 << 53) - 1;
+
+/// A pseudo-random trace of checks and live-quota operations, replayed on Redis and in memory.
+struct Trace<'a> {
+    /// The first request's time.
+    start_ms: u64,
+    /// The policy sets the defaults, tiers and overrides are picked from.
+    sets: Vec<Vec<Policy>>,
+    /// Three sizes of gap between requests, from short to idle.
+    steps_ms: &'a [u64; 3],
+    /// Bounds mode: times stop at 2^53 − 1; costs are drawn around
+    /// the capacity of the first policy that applies by default, and up to 2^53 − 1. Key
+    /// versions are not compared: a version held alone is forgotten after a day, which the
+    /// memory backend times on the trace's clock and Redis on its own (`PEXPIRE`), so they
+    /// part once a trace spans days, as this one does. The first trace compares them.
+    bounds: bool,
+}
+
+impl Trace<'_> {
+    /// The same configuration on both backends: equal, or (in bounds mode) equal but for
+    /// the version.
+    fn same_config(&self, redis: &KeyConfig, memory: &KeyConfig, ctx: &str) {
+        if self.bounds {
+            assert_eq!(
+                (redis.policies(), redis.tier()),
+                (memory.policies(), memory.tier()),
+                "{ctx}"
+            );
+        } else {
+            assert_eq!(redis, memory, "{ctx}");
+        }
+    }
+
+    /// Replays `steps` pseudo-random operations from `seed`; every answer must be equal, field
+    /// for field, on both backends.
+    async fn run(&self, on_redis: &RedisBackend, mut seed: u64, steps: usize) {
+        let memory = MemoryBackend::new();
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
         };
-        let key = ["", "a", "b"][next(3) as usize];
-        let cost = [0, 1, 1, 1, 2, 3, 13][next(7) as usize];
-        let op = match next(100) {
-            0..=74 => 0,
-            75..=82 => 1,
-            83..=86 => 2,
-            87..=88 => 3,
-            89..=91 => 4,
-            92..=93 => 5,
-            94..=96 => 6,
-            97 => 7,
-            _ => 8,
-        };
-        counts[op] += 1;
-        let ctx = format!("request {i} op {op} at t={t} key={key:?} cost={cost}");
-        let (got, want) = match op {
-            0 => (
-                on_redis
-                    .check_limits(key, &limits, cost, Some(t))
-                    .await
-                    .unwrap(),
-                memory
-                    .check_limits(key, &limits, cost, Some(t))
-                    .into_inner()
-                    .unwrap(),
-            ),
-            1 => (
-                on_redis.refund(key, &limits, cost, Some(t)).await.unwrap(),
-                memory.refund(key, &limits, cost, Some(t)).await.unwrap(),
-            ),
-            2 => {
-                // A peek changes nothing, which the next answers check.
-                (
+        let pick = |i: u64| self.sets[i as usize % self.sets.len()].clone();
+        let mut limits = Limits::new(pick(0)).unwrap();
+        let mut t = self.start_ms;
+        let mut counts = [0u32; 9];
+        for i in 0..steps {
+            let step = match next(10) {
+                0 => 0,
+                1..=7 => next(self.steps_ms[0]),
+                8 => next(self.steps_ms[1]),
+                _ => next(self.steps_ms[2]),
+            };
+            t = t.saturating_add(step).min(MAX_EXACT);
+            let key = ["", "a", "b"][next(3) as usize];
+            let cost = if self.bounds {
+                let cap = limits.defaults()[0].capacity();
+                [0, 1, 1, 2, 3, cap / 2, cap - 1, cap, cap + 1, MAX_EXACT][next(10) as usize]
+            } else {
+                [0, 1, 1, 1, 2, 3, 13][next(7) as usize]
+            };
+            let op = match next(100) {
+                0..=74 => 0,
+                75..=82 => 1,
+                83..=86 => 2,
+                87..=88 => 3,
+                89..=91 => 4,
+                92..=93 => 5,
+                94..=96 => 6,
+                97 => 7,
+                _ => 8,
+            };
+            counts[op] += 1;
+            let ctx = format!("request {i} op {op} at t={t} key={key:?} cost={cost}");
+            let (got, want) = match op {
+                0 => (
                     on_redis
-                        .check_limits(key, &limits, 0, Some(t))
+                        .check_limits(key, &limits, cost, Some(t))
                         .await
-                        .unwrap(),
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}")),
                     memory
-                        .check_limits(key, &limits, 0, Some(t))
+                        .check_limits(key, &limits, cost, Some(t))
                         .into_inner()
                         .unwrap(),
-                )
+                ),
+                1 => (
+                    on_redis
+                        .refund(key, &limits, cost, Some(t))
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}")),
+                    memory.refund(key, &limits, cost, Some(t)).await.unwrap(),
+                ),
+                2 => {
+                    // A peek changes nothing, which the next answers check.
+                    (
+                        on_redis
+                            .check_limits(key, &limits, 0, Some(t))
+                            .await
+                            .unwrap_or_else(|e| panic!("{ctx}: {e}")),
+                        memory
+                            .check_limits(key, &limits, 0, Some(t))
+                            .into_inner()
+                            .unwrap(),
+                    )
+                }
+                3 => (
+                    on_redis
+                        .reset(key, &limits, Some(t))
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}")),
+                    memory.reset(key, &limits, Some(t)).await.unwrap(),
+                ),
+                4 => {
+                    let set = pick(next(100));
+                    let r = on_redis.set_override(key, &set).await.unwrap();
+                    let m = memory.set_override(key, &set).await.unwrap();
+                    self.same_config(&r, &m, &format!("{ctx}: override"));
+                    continue;
+                }
+                5 => {
+                    let r = on_redis.remove_override(key).await.unwrap();
+                    let m = memory.remove_override(key).await.unwrap();
+                    self.same_config(&r, &m, &format!("{ctx}: remove"));
+                    continue;
+                }
+                6 if next(8) == 0 => {
+                    let r = on_redis.clear_config(key).await.unwrap();
+                    let m = memory.clear_config(key).await.unwrap();
+                    self.same_config(&r, &m, &format!("{ctx}: clear"));
+                    continue;
+                }
+                6 => {
+                    let tier = ["pro", "gold", "free"][next(3) as usize];
+                    let tier = (next(4) > 0).then_some(tier);
+                    let r = on_redis.set_tier(key, tier).await.unwrap();
+                    let m = memory.set_tier(key, tier).await.unwrap();
+                    self.same_config(&r, &m, &format!("{ctx}: tier"));
+                    continue;
+                }
+                7 => {
+                    // A redeploy: new defaults and tiers, possibly another algorithm per name.
+                    let mode = [
+                        Unconfigured::Defaults,
+                        Unconfigured::Deny,
+                        Unconfigured::Allow,
+                    ][next(3) as usize];
+                    limits = Limits::new(pick(next(100)))
+                        .unwrap()
+                        .with_tier("pro", pick(next(100)))
+                        .unwrap()
+                        .with_tier("free", pick(next(100)))
+                        .unwrap()
+                        .when_unconfigured(if next(4) == 0 {
+                            mode
+                        } else {
+                            Unconfigured::Defaults
+                        });
+                    continue;
+                }
+                _ => {
+                    let r = on_redis.config(key).await.unwrap();
+                    let m = memory.config(key).await.unwrap();
+                    self.same_config(&r, &m, &format!("{ctx}: config"));
+                    continue;
+                }
+            };
+            if self.bounds {
+                let version_free = |d: Decision| {
+                    let applied = d.applied().clone();
+                    d.with_applied(applied, 0)
+                };
+                assert_eq!(version_free(got), version_free(want), "{ctx}");
+            } else {
+                assert_eq!(got, want, "{ctx}");
             }
-            3 => (
-                on_redis.reset(key, &limits, Some(t)).await.unwrap(),
-                memory.reset(key, &limits, Some(t)).await.unwrap(),
-            ),
-            4 => {
-                let set = pick(next(100));
-                let r = on_redis.set_override(key, &set).await.unwrap().version();
-                let m = memory.set_override(key, &set).await.unwrap().version();
-                assert_eq!(r, m, "{ctx}: override version");
-                continue;
-            }
-            5 => {
-                let r = on_redis.remove_override(key).await.unwrap().version();
-                let m = memory.remove_override(key).await.unwrap().version();
-                assert_eq!(r, m, "{ctx}: remove version");
-                continue;
-            }
-            6 if next(8) == 0 => {
-                let r = on_redis.clear_config(key).await.unwrap().version();
-                let m = memory.clear_config(key).await.unwrap().version();
-                assert_eq!(r, m, "{ctx}: clear version");
-                continue;
-            }
-            6 => {
-                let tier = ["pro", "gold", "free"][next(3) as usize];
-                let tier = (next(4) > 0).then_some(tier);
-                let r = on_redis.set_tier(key, tier).await.unwrap().version();
-                let m = memory.set_tier(key, tier).await.unwrap().version();
-                assert_eq!(r, m, "{ctx}: tier version");
-                continue;
-            }
-            7 => {
-                // A redeploy: new defaults and tiers, possibly another algorithm per name.
-                let mode = [
-                    Unconfigured::Defaults,
-                    Unconfigured::Deny,
-                    Unconfigured::Allow,
-                ][next(3) as usize];
-                limits = Limits::new(pick(next(100)))
-                    .unwrap()
-                    .with_tier("pro", pick(next(100)))
-                    .unwrap()
-                    .with_tier("free", pick(next(100)))
-                    .unwrap()
-                    .when_unconfigured(if next(4) == 0 {
-                        mode
-                    } else {
-                        Unconfigured::Defaults
-                    });
-                continue;
-            }
-            _ => {
-                let r = on_redis.config(key).await.unwrap();
-                assert_eq!(r, memory.config(key).await.unwrap(), "{ctx}: config");
-                continue;
-            }
-        };
-        assert_eq!(got, want, "{ctx}");
+        }
+        eprintln!("operations by kind: {counts:?}");
+        on_redis.delete_prefix().await.unwrap();
     }
-    eprintln!("operations by kind: {counts:?}");
-    on_redis.delete_prefix().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -751,6 +862,38 @@ async fn acl_user_and_password_come_from_the_url() {
     }
 }
 
+/// Regression (issue 15): GCRA's stored state changed format (its TAT became relative to the
+/// last update) at the same keys, without a version: a state an older release wrote was
+/// read as the new format (a misread TAT, or an invalid-state error). The format version is
+/// now part of every state key, whatever the prefix: a format-1 state at the unversioned key
+/// is never read, the new release starts that client fresh, and the old key is left to the
+/// older release (and to its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), "format1");
+    let pol = [p("gcra:limit=10,period=1s,burst=10,name=g")];
+    let key = b.state_key("c", &pol[0]);
+    assert!(key.ends_with("}:f2:g"), "{key}");
+    let old = format!("{}}}:g", key.rsplit_once("}:").unwrap().0);
+    // Format 1: "alg.L.P.B|updated_ms|tat_ms|tat_frac", the TAT absolute (far ahead here:
+    // read as format 2, "ahead" would be 2 * 10^12 ms, an invalid state).
+    let now_ms = 1_000_000_000_000u64;
+    let v1 = format!("2.10.1000.10|{now_ms}|{}|0", 2 * now_ms);
+    let set = format!("SET {old} {v1}");
+    assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
+    // Ten requests: the new release's state is fresh, so all ten are admitted, counting down.
+    for i in 0..10u64 {
+        let d = b.check("c", &pol, 1).await.unwrap();
+        assert!(d.allowed(), "request {i}");
+        assert_eq!(d.remaining(), 9 - i, "request {i}");
+    }
+    assert!(!b.check("c", &pol, 1).await.unwrap().allowed());
+    // The older release's state is untouched.
+    let get = format!("GET {old}");
+    assert!(command(server.port(), &get).unwrap().contains(&v1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     let server = RedisServer::start();
@@ -778,7 +921,7 @@ async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
         );
     }
     // A garbage override is a typed error too, and the local fallback takes over.
-    let cfg = format!("{}~cfg", key.rsplit_once(':').unwrap().0);
+    let cfg = format!("{}}}~cfg", key.rsplit_once("}:").unwrap().0);
     let set = format!("HSET {cfg} o \"1 0 1000 5 t\"");
     assert!(command(server.port(), &set).unwrap().starts_with(":"));
     let err = b.check("victim", &pol, 1).await.unwrap_err();
@@ -820,4 +963,627 @@ async fn every_written_key_expires_with_its_reset_after() {
     assert!((2_900..=3_000).contains(&tb), "{tb}");
     let log = ttl(&b.state_key("k", &pol[1]));
     assert!((29_900..=30_000).contains(&log), "{log}");
+}
+
+/// Sends one command to the Redis at `url` and returns its reply.
+async fn raw(url: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    cmd.query_async(&mut conn).await
+}
+
+/// `SET key value` (any bytes), then the key holds nothing else.
+async fn set_raw(url: &str, key: &str, value: &[u8]) {
+    raw(url, redis::cmd("DEL").arg(key)).await.unwrap();
+    raw(url, redis::cmd("SET").arg(key).arg(value))
+        .await
+        .unwrap();
+}
+
+fn assert_invalid_state<T: std::fmt::Debug>(r: Result<T, BackendError>, what: &str) {
+    match r {
+        Err(BackendError::InvalidState(_)) => {}
+        other => panic!("{what}: want InvalidState, got {other:?}"),
+    }
+}
+
+/// Values Lua's `tonumber` reads as numbers (or nearly) that are no stored integer: hex,
+/// spaces, exponents, infinities, signs, fractions, 2^53 and beyond, and plain garbage.
+const NOT_INTEGERS: [&str; 18] = [
+    "0x10",
+    " 1",
+    "1 ",
+    "1e20",
+    "1e3",
+    "inf",
+    "-inf",
+    "nan",
+    "-1",
+    "-0",
+    "1.5",
+    "1.0",
+    "+1",
+    "",
+    "9007199254740992",
+    "99999999999999999999999",
+    "1_000",
+    "banana",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_repairs_a_state_key_holding_garbage_of_any_kind() {
+    // Issue 13: a state key holding garbage (`SET <state key> garbage`, a hand edit) made
+    // every check *and* `Quotas::reset` fail with InvalidState, so the client stayed refused
+    // until someone deleted the key by hand. Now every such value is a typed InvalidState for
+    // checks, refunds and peeks (changing nothing), and a reset forgets it: the next answers
+    // are a fresh key's, as in memory.
+    let server = RedisServer::start();
+    let url = server.url();
+    let on_redis = backend(&url, "repair");
+    let memory = MemoryBackend::new();
+    let t: u64 = 1_700_000_000_500;
+    let w = t / 1000;
+    // Per algorithm: a state the scripts could have written at t (one unit in use), and the
+    // log it needs.
+    let valid: [(&str, String, Option<String>); 6] = [
+        ("token-bucket", format!("1.5.1000.5|{t}|1000"), None),
+        ("gcra", format!("2.5.1000.5|{t}|200|0"), None),
+        ("leaky-bucket", format!("3.5.1000.5|{t}|1000"), None),
+        ("fixed-window", format!("4.5.1000.5|{t}|{w}|1"), None),
+        (
+            "sliding-log",
+            format!("5.5.1000.5|{t}|1"),
+            Some(format!("{t}:1")),
+        ),
+        ("sliding-window", format!("6.5.1000.5|{t}|{w}|1|0"), None),
+    ];
+    let mut cases = 0;
+    for (k, (alg, state, log)) in valid.iter().enumerate() {
+        let pol = [p(&format!("{alg}:limit=5,period=1s,name=p"))];
+        let limits = Limits::new(pol.to_vec()).unwrap();
+        let state_key = |client: &str| on_redis.state_key(client, &pol[0]);
+        let log_key = |client: &str| state_key(client).replacen("}:", "}~log:", 1);
+        let store = |client: String, state: String, log: Option<String>| {
+            let url = url.clone();
+            let (sk, lk) = (state_key(&client), log_key(&client));
+            async move {
+                set_raw(&url, &sk, state.as_bytes()).await;
+                raw(&url, redis::cmd("DEL").arg(&lk)).await.unwrap();
+                if let Some(entry) = log {
+                    raw(&url, redis::cmd("RPUSH").arg(&lk).arg(entry))
+                        .await
+                        .unwrap();
+                }
+            }
+        };
+
+        // The valid state reads as one unit in use: the cases below break only what they say.
+        let client = format!("valid-{k}");
+        store(client.clone(), state.clone(), log.clone()).await;
+        let d = on_redis.check_at(&client, &pol, 0, t).await.unwrap();
+        assert_eq!(d.remaining(), 4, "{alg}: {state}");
+
+        // Every part of the state replaced by each non-integer, and states no requests leave.
+        let parts: Vec<&str> = state.split(['|', '.']).collect();
+        let mut garbage: Vec<(String, Option<String>)> = Vec::new();
+        for i in 0..parts.len() {
+            for bad in NOT_INTEGERS {
+                let mut ps: Vec<String> = parts.iter().map(|s| (*s).to_owned()).collect();
+                ps[i] = bad.to_owned();
+                let text = format!("{}|{}", ps[..4].join("."), ps[4..].join("|"));
+                garbage.push((text, log.clone()));
+            }
+        }
+        let tail = state.split_once('|').unwrap().1;
+        let id = &state[..1];
+        for text in [
+            "banana".to_owned(),
+            String::new(),
+            format!("{id}.5.1000.5"),
+            format!("{id}.5.1000.5|"),
+            format!("{state}|1"),
+            format!("{state}|"),
+            state.replacen('|', "||", 1),
+            format!("{id}.5.1000|{tail}"),
+            format!("{id}.5.1000.5.5|{tail}"),
+            // parameters no policy has
+            format!("0.5.1000.5|{tail}"),
+            format!("7.5.1000.5|{tail}"),
+            format!("{id}.0.1000.5|{tail}"),
+            format!("{id}.5.0.5|{tail}"),
+            format!("{id}.5.1000.0|{tail}"),
+            format!("{id}.4294967296.1000.5|{tail}"),
+            format!("{id}.5.31536000001.5|{tail}"),
+            format!("{id}.4294967295.31536000000.4294967295|{tail}"),
+        ] {
+            garbage.push((text, log.clone()));
+        }
+        // States of valid shape that no sequence of requests leaves.
+        let out_of_range: Vec<(String, Option<String>)> = match *alg {
+            "token-bucket" | "leaky-bucket" => vec![(format!("{id}.5.1000.5|{t}|5001"), None)],
+            "gcra" => vec![
+                (format!("2.5.1000.5|{t}|0|5"), None),
+                (format!("2.5.1000.5|{t}|1001|0"), None),
+                (format!("2.5.1000.5|{t}|1000|1"), None),
+            ],
+            "fixed-window" => vec![
+                (format!("4.5.1000.5|{t}|{w}|6"), None),
+                (format!("4.5.1000.5|{t}|{}|1", w + 1), None),
+                (format!("4.5.1000.6|{t}|{w}|1"), None),
+            ],
+            "sliding-window" => vec![
+                (format!("6.5.1000.5|{t}|{w}|6|0"), None),
+                (format!("6.5.1000.5|{t}|{w}|0|6"), None),
+                (format!("6.5.1000.5|{t}|{}|1|0", w - 1), None),
+                (format!("6.5.1000.6|{t}|{w}|1|0"), None),
+            ],
+            _ => vec![
+                // no log, a log that is not one, entries that are not entries
+                (state.clone(), None),
+                (state.clone(), Some("banana".into())),
+                (state.clone(), Some(format!("{t}:0"))),
+                (state.clone(), Some(format!("{}:1", t + 1))),
+                (state.clone(), Some(format!("{t}:1:1"))),
+                (state.clone(), Some(format!("0x{t}:1"))),
+                (state.clone(), Some(format!("{t}:1e0"))),
+                (state.clone(), Some(format!(" {t}:1"))),
+                (format!("5.5.1000.5|{t}|0"), Some(format!("{}:1", t - 2000))),
+            ],
+        };
+        garbage.extend(out_of_range);
+
+        for (i, (text, log)) in garbage.into_iter().enumerate() {
+            let client = format!("g{k}-{i}");
+            let what = format!("{alg} {text:?} log {log:?}");
+            store(client.clone(), text, log).await;
+            assert_invalid_state(on_redis.check_at(&client, &pol, 1, t).await, &what);
+            assert_invalid_state(on_redis.check_at(&client, &pol, 0, t).await, &what);
+            assert_invalid_state(on_redis.refund(&client, &limits, 1, Some(t)).await, &what);
+            // An error changes nothing: no version was bumped.
+            assert_eq!(
+                on_redis.config(&client).await.unwrap().version(),
+                0,
+                "{what}"
+            );
+            let got = on_redis.reset(&client, &limits, Some(t)).await.unwrap();
+            let want = memory.reset(&client, &limits, Some(t)).await.unwrap();
+            assert_eq!(got, want, "{what}: reset");
+            for cost in [1, 0, 4, 1] {
+                let got = on_redis.check_at(&client, &pol, cost, t).await.unwrap();
+                let want = memory
+                    .check_at(&client, &pol, cost, t)
+                    .into_inner()
+                    .unwrap();
+                assert_eq!(got, want, "{what}: after the reset, cost {cost}");
+            }
+            cases += 1;
+        }
+
+        // A key of another type is invalid state too (never a script error, which would
+        // count the node as down), and a reset forgets it.
+        for (i, cmd) in ["HSET", "RPUSH", "SADD"].into_iter().enumerate() {
+            let client = format!("type{k}-{i}");
+            let mut c = redis::cmd(cmd);
+            c.arg(state_key(&client)).arg("x");
+            if cmd == "HSET" {
+                c.arg("y");
+            }
+            raw(&url, &c).await.unwrap();
+            let what = format!("{alg}: state key made by {cmd}");
+            assert_invalid_state(on_redis.check_at(&client, &pol, 1, t).await, &what);
+            let got = on_redis.reset(&client, &limits, Some(t)).await.unwrap();
+            let want = memory.reset(&client, &limits, Some(t)).await.unwrap();
+            assert_eq!(got, want, "{what}: reset");
+            let got = on_redis.check_at(&client, &pol, 1, t).await.unwrap();
+            let want = memory.check_at(&client, &pol, 1, t).into_inner().unwrap();
+            assert_eq!(got, want, "{what}: after the reset");
+            cases += 1;
+        }
+        if *alg == "sliding-log" {
+            let client = format!("logtype{k}");
+            store(client.clone(), state.clone(), None).await;
+            raw(
+                &url,
+                redis::cmd("HSET").arg(log_key(&client)).arg("x").arg("y"),
+            )
+            .await
+            .unwrap();
+            let what = "sliding-log: log key made by HSET";
+            assert_invalid_state(on_redis.check_at(&client, &pol, 1, t).await, what);
+            let got = on_redis.reset(&client, &limits, Some(t)).await.unwrap();
+            let want = memory.reset(&client, &limits, Some(t)).await.unwrap();
+            assert_eq!(got, want, "{what}: reset");
+            let got = on_redis.check_at(&client, &pol, 1, t).await.unwrap();
+            let want = memory.check_at(&client, &pol, 1, t).into_inner().unwrap();
+            assert_eq!(got, want, "{what}: after the reset");
+            cases += 1;
+        }
+    }
+    eprintln!("{cases} kinds of garbage, each refused and repaired by a reset");
+    assert!(cases > 600, "{cases}");
+}
+
+/// Replays `(t, cost)` for one key on Redis and in memory; every decision must be equal.
+async fn same_on_both(on_redis: &RedisBackend, policies: &[Policy], trace: &[(u64, u64)]) {
+    let memory = MemoryBackend::new();
+    for &(t, cost) in trace {
+        let want = memory
+            .check_at("k", policies, cost, t)
+            .into_inner()
+            .unwrap();
+        let got = on_redis
+            .check_at("k", policies, cost, t)
+            .await
+            .unwrap_or_else(|e| panic!("{policies:?} at t={t} cost={cost}: {e}"));
+        assert_eq!(got, want, "{policies:?} at t={t} cost={cost}");
+    }
+    on_redis.delete_prefix().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_near_the_end_of_time_is_not_invalid_state() {
+    // Issue 13: at t = 9,007,199,000,000,000 ms (2^53 − 254,740,992) the GCRA stored its
+    // theoretical arrival time t + 3·T = 9,007,199,999,999,999 ms, beyond 2^53, and read it
+    // back as invalid state where memory admitted. The TAT is now kept relative to the last
+    // update. The same trace on every bucket, and on to 2^53 − 1.
+    let redis = TestRedis::get();
+    let b = backend(redis.url(), "gcra-end");
+    let trace = [
+        (9_007_199_000_000_000, 3),
+        (9_007_199_000_000_000, 1),
+        (9_007_199_000_000_000, 1),
+        (9_007_199_000_000_000, 0),
+        (9_007_199_254_740_000, 1),
+        (MAX_EXACT, 1),
+        (MAX_EXACT, 0),
+        (MAX_EXACT, 5),
+    ];
+    for alg in ["gcra", "token-bucket", "leaky-bucket"] {
+        let pol = [p(&format!("{alg}:limit=3,period=999999999ms,burst=4"))];
+        same_on_both(&b, &pol, &trace).await;
+    }
+    // The reported decisions, as SEMANTICS.md defines them (T = 333,333,333 ms).
+    let pol = [p("gcra:limit=3,period=999999999ms,burst=4")];
+    let d = b
+        .check_at("k", &pol, 3, 9_007_199_000_000_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.allowed(), d.remaining(), d.reset_after()),
+        (true, 1, Duration::from_millis(999_999_999))
+    );
+    let d = b
+        .check_at("k", &pol, 1, 9_007_199_000_000_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.allowed(), d.remaining(), d.reset_after()),
+        (true, 0, Duration::from_millis(1_333_333_332))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_log_reset_after_near_the_end_of_time_is_exact() {
+    // Issue 13: an entry logged at s near 2^53 expires at s + P, which is beyond 2^53 and
+    // was rounded before the time was subtracted: reset_after came out 1 ms off. Live-ness,
+    // expiry, retry_after and refunds now subtract times first.
+    let redis = TestRedis::get();
+    let b = backend(redis.url(), "log-end");
+    let pol = [p("sliding-log:limit=2,period=1000ms")];
+    let d = b.check_at("k", &pol, 1, MAX_EXACT).await.unwrap();
+    assert_eq!(d.reset_after(), Duration::from_millis(1000));
+    b.delete_prefix().await.unwrap();
+    for spec in [
+        "sliding-log:limit=2,period=1000ms",
+        "sliding-log:limit=3,period=365d",
+        "sliding-log:limit=20394401,period=441650591ms",
+    ] {
+        let pol = [p(spec)];
+        let period = pol[0].period_ms();
+        same_on_both(
+            &b,
+            &pol,
+            &[
+                (MAX_EXACT - period - 3, 1),
+                (MAX_EXACT - period, 1),
+                (MAX_EXACT - 1, 1),
+                (MAX_EXACT - 1, 0),
+                (MAX_EXACT, 1),
+                (MAX_EXACT, 2),
+                (MAX_EXACT, 0),
+            ],
+        )
+        .await;
+        // Refunds walk the newest live entries, near the end of time too.
+        let memory = MemoryBackend::new();
+        let limits = Limits::new(pol.to_vec()).unwrap();
+        for (t, cost) in [(MAX_EXACT - period, 1), (MAX_EXACT - 1, 1), (MAX_EXACT, 1)] {
+            let got = b.check_at("r", &pol, cost, t).await.unwrap();
+            let want = memory.check_at("r", &pol, cost, t).into_inner().unwrap();
+            assert_eq!(got, want, "{spec} at {t}");
+        }
+        let got = b.refund("r", &limits, 1, Some(MAX_EXACT)).await.unwrap();
+        let want = memory
+            .refund("r", &limits, 1, Some(MAX_EXACT))
+            .await
+            .unwrap();
+        assert_eq!(got, want, "{spec}: refund");
+        b.delete_prefix().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refunds_and_carry_over_store_what_memory_stores() {
+    // Found by the parity trace at the bounds (issue 13), each a way the two backends
+    // parted after a policy change:
+    // - a refund of nothing (cost 0) rewrote a window's state at the refund's time on Redis,
+    //   so a later carry-over into another period counted it where memory started fresh;
+    // - a refund under another algorithm stored nothing on Redis, so the old algorithm's
+    //   state came back when the policy did, where memory had replaced it;
+    // - a sliding log whose entries had all expired came back to life under a longer period.
+    let redis = TestRedis::get();
+    let b = backend(redis.url(), "refund-carry");
+    let memory = MemoryBackend::new();
+    let check = |key: &'static str, limits: Limits, cost: u64, t: u64| {
+        let b = b.clone();
+        let memory = memory.clone();
+        async move {
+            let got = b.check_limits(key, &limits, cost, Some(t)).await.unwrap();
+            let want = memory
+                .check_limits(key, &limits, cost, Some(t))
+                .into_inner()
+                .unwrap();
+            assert_eq!(got, want, "{key} at {t} cost {cost}");
+            got
+        }
+    };
+    let refund = |key: &'static str, limits: Limits, cost: u64, t: u64| {
+        let b = b.clone();
+        let memory = memory.clone();
+        async move {
+            let got = b.refund(key, &limits, cost, Some(t)).await.unwrap();
+            let want = memory.refund(key, &limits, cost, Some(t)).await.unwrap();
+            assert_eq!(got, want, "{key}: refund at {t} cost {cost}");
+        }
+    };
+    let limits = |spec: &str| Limits::new([p(spec)]).unwrap();
+
+    // A cost-0 refund changes no state: the window written at 100 is not the current one
+    // when the period shrinks at 5000.
+    let long = limits("sliding-window:limit=10,period=1h,name=a");
+    let short = limits("sliding-window:limit=10,period=1s,name=a");
+    check("w", long.clone(), 2, 100).await;
+    refund("w", long.clone(), 0, 4_000).await;
+    let d = check("w", short.clone(), 1, 5_000).await;
+    assert_eq!(
+        d.remaining(),
+        9,
+        "a fresh window: the two units of 100 ms are gone"
+    );
+
+    // A refund under another algorithm replaces the old state, as a carry-over does.
+    let bucket = limits("token-bucket:limit=5,period=1h,name=a");
+    let log = limits("sliding-log:limit=5,period=1h,name=a");
+    check("x", bucket.clone(), 5, 0).await;
+    refund("x", log.clone(), 1, 10).await;
+    let d = check("x", bucket.clone(), 0, 20).await;
+    assert_eq!(
+        d.remaining(),
+        5,
+        "the bucket's units went with the refund under the log"
+    );
+
+    // An expired log stays expired under a longer period.
+    let short = limits("sliding-log:limit=1,period=1s,name=a");
+    let long = limits("sliding-log:limit=1,period=1h,name=a");
+    check("y", short.clone(), 1, 0).await;
+    let d = check("y", long.clone(), 1, 1_000).await;
+    assert!(
+        d.allowed(),
+        "the entry of 0 ms expired at 1000 ms under 1 s"
+    );
+    check("z", short.clone(), 1, 0).await;
+    let d = check("z", long.clone(), 1, 999).await;
+    assert!(!d.allowed(), "at 999 ms it is live under either period");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clearing_the_configuration_repairs_a_garbage_configuration_hash() {
+    // Issue 13: `turnstile quota rm` (Quotas::clear_config) must forget whatever a key's
+    // configuration holds. Until then, every operation that reads it is a typed InvalidState
+    // (never a script error, which would count the node as down): the scripts and the Rust
+    // reader refuse the same overrides (digits only, valid policies and names, no empty
+    // line, no name twice).
+    let server = RedisServer::start();
+    let url = server.url();
+    let b = backend(&url, "cfg-repair");
+    let memory = MemoryBackend::new();
+    let pol = [p("token-bucket:limit=5,period=1s,name=t")];
+    let limits = Limits::new(pol.to_vec()).unwrap();
+    let t = 1_700_000_000_000;
+    let cfg_key = |client: &str| {
+        let state = b.state_key(client, &pol[0]);
+        format!("{}}}~cfg", state.rsplit_once("}:").unwrap().0)
+    };
+    let fields: Vec<(&str, Vec<u8>)> = [
+        ("o", "1 0 1000 5 t"),
+        ("o", "+1 5 1000 5 t"),
+        ("o", "1 +5 1000 5 t"),
+        ("o", "1 5 0x10 5 t"),
+        ("o", "1 5 1000 5"),
+        ("o", "1 5 1000 5 "),
+        ("o", ""),
+        ("o", "1 5 1000 5 t\n"),
+        ("o", "1 5 1000 5 t\n\n1 5 1000 5 u"),
+        ("o", "1 5 1000 5 t\n1 5 1000 5 t"),
+        ("o", "1 5 1000 5 a\"b"),
+        ("o", "1 5 1000 5 a\\b"),
+        ("o", "1 5 1000 5 a\tb"),
+        ("o", "1 5 1000 5 a\u{7f}b"),
+        ("o", "1 5 1000 5 é"),
+        ("o", "4 5 1000 6 w"),
+        ("o", "7 5 1000 5 t"),
+        ("o", "1 4294967295 31536000000 4294967295 t"),
+        ("t", ""),
+        ("t", "no spaces"),
+        ("v", "0x10"),
+        ("v", " 1"),
+        ("v", "-1"),
+        ("v", "1.5"),
+        ("v", "9007199254740992"),
+    ]
+    .into_iter()
+    .map(|(f, v)| (f, v.as_bytes().to_vec()))
+    .chain([("t", vec![0xff, 0xfe]), ("t", vec![b'x'; 65])])
+    .collect();
+    let mut cases = 0;
+    for (i, (field, value)) in fields.iter().enumerate() {
+        let client = format!("c{i}");
+        raw(
+            &url,
+            redis::cmd("HSET")
+                .arg(cfg_key(&client))
+                .arg(*field)
+                .arg(value),
+        )
+        .await
+        .unwrap();
+        let what = format!("{field} = {:?}", String::from_utf8_lossy(value));
+        repaired_by_clear(&b, &memory, &client, &limits, t, &what).await;
+        cases += 1;
+    }
+    // A configuration key of another type.
+    for (i, cmd) in ["SET", "RPUSH", "SADD"].into_iter().enumerate() {
+        let client = format!("type{i}");
+        raw(&url, redis::cmd(cmd).arg(cfg_key(&client)).arg("x"))
+            .await
+            .unwrap();
+        repaired_by_clear(&b, &memory, &client, &limits, t, cmd).await;
+        cases += 1;
+    }
+    // A readable version survives the repair: it goes on counting.
+    raw(
+        &url,
+        redis::cmd("HSET")
+            .arg(cfg_key("kept"))
+            .arg("v")
+            .arg("41")
+            .arg("o")
+            .arg("garbage"),
+    )
+    .await
+    .unwrap();
+    assert_invalid_state(b.config("kept").await, "kept");
+    assert_eq!(b.clear_config("kept").await.unwrap().version(), 42);
+    assert_eq!(cases, fields.len() + 3);
+}
+
+/// A client whose configuration holds garbage: every operation that reads it is
+/// InvalidState and changes nothing; `clear_config` repairs it, and the client is then a fresh
+/// key with an empty configuration.
+async fn repaired_by_clear(
+    b: &RedisBackend,
+    memory: &MemoryBackend,
+    client: &str,
+    limits: &Limits,
+    t: u64,
+    what: &str,
+) {
+    assert_invalid_state(b.check_limits(client, limits, 1, Some(t)).await, what);
+    assert_invalid_state(b.config(client).await, what);
+    assert_invalid_state(b.reset(client, limits, Some(t)).await, what);
+    assert_invalid_state(b.refund(client, limits, 1, Some(t)).await, what);
+    assert_invalid_state(b.set_tier(client, Some("pro")).await, what);
+    assert_invalid_state(b.remove_override(client).await, what);
+    let err = b
+        .check_limits(client, limits, 1, Some(t))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("quota rm"), "{what}: {err}");
+    let cleared = b.clear_config(client).await.unwrap();
+    assert_eq!(
+        cleared,
+        memory.clear_config(client).await.unwrap(),
+        "{what}"
+    );
+    assert_eq!(b.config(client).await.unwrap(), cleared, "{what}");
+    let got = b.check_limits(client, limits, 1, Some(t)).await.unwrap();
+    let want = memory
+        .check_limits(client, limits, 1, Some(t))
+        .into_inner()
+        .unwrap();
+    assert_eq!(got, want, "{what}: after the repair");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_redis_endpoint_is_a_connection_error_that_says_so() {
+    // Issue 13: an HTTP server on the Redis URL gave "backend script failed: Unexpected
+    // `33`". It is a connection error naming the node ("not a Redis server at ..."): Redis
+    // cannot be reached there, so the failure policy treats it as a Redis that is down.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = sock.read(&mut buf).await;
+                let body = "not found";
+                let reply = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    let b = RedisBackend::builder(url.as_str())
+        .prefix(prefix("http"))
+        .timeout(Duration::from_secs(5))
+        .retry_interval(Duration::ZERO)
+        .build()
+        .unwrap();
+    let pol = [p("token-bucket:limit=5,period=1s,name=t")];
+    let want = format!("not a Redis server at {url}");
+    for attempt in 0..3 {
+        let err = b.check("k", &pol, 1).await.unwrap_err();
+        assert!(
+            matches!(err, BackendError::Connection(_)),
+            "attempt {attempt}: {err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains(&want), "attempt {attempt}: {message}");
+        assert!(
+            !message.contains('\n'),
+            "one line for the logs: {message:?}"
+        );
+        assert!(err.is_unavailable());
+    }
+    let err = b.config("k").await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::Connection(_)) && err.to_string().contains(&want),
+        "{err}"
+    );
+    // The same for a Cluster whose seed node is not Redis.
+    let cluster = RedisBackend::builder(url.as_str())
+        .cluster(true)
+        .prefix(prefix("http"))
+        .timeout(Duration::from_secs(5))
+        .retry_interval(Duration::ZERO)
+        .build()
+        .unwrap();
+    let err = cluster.check("k", &pol, 1).await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::Connection(_)) && err.to_string().contains(&want),
+        "{err}"
+    );
+    // Under the default failure policy the local fallback decides meanwhile.
+    let local = Fallback::new(b.clone(), FailurePolicy::Local);
+    let d = local.check("k", &pol, 1).await.unwrap();
+    assert_eq!((d.allowed(), d.remaining()), (true, 4));
 }

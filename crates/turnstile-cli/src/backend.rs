@@ -1,11 +1,43 @@
 //! The one place where a simulation's backend is chosen.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use turnstile_core::{Backend, BackendError, Decision, MemoryBackend, Policy};
-use turnstile_redis::RedisBackend;
+use turnstile_redis::{RedisBackend, RedisBackendBuilder};
+
+/// TLS for a `rediss://` Redis URL (`turnstile quota`, `turnstile simulate --backend redis`).
+#[derive(Clone, Debug, Default, Args)]
+pub(crate) struct TlsArgs {
+    /// With a rediss:// URL: a PEM file of the CA certificate(s) that verify the server, in
+    /// place of the system trust store (which SSL_CERT_FILE and SSL_CERT_DIR can name).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_ca: Option<PathBuf>,
+
+    /// With a rediss:// URL: a PEM file of the client certificate (chain), for mutual TLS;
+    /// needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// The PEM file of --tls-cert's private key (PKCS #8, PKCS #1 or SEC1); needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
+    pub(crate) tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// `builder` with these files (read when it is built).
+    pub(crate) fn apply(&self, mut builder: RedisBackendBuilder) -> RedisBackendBuilder {
+        if let Some(ca) = &self.tls_ca {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            builder = builder.tls_client_cert(cert, key);
+        }
+        builder
+    }
+}
 
 /// Which backend decides the simulated requests (`--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -86,8 +118,13 @@ fn fresh_prefix() -> String {
 /// Opens the backend `kind` names, fresh (no key has any state yet).
 ///
 /// # Errors
-/// A message when Redis cannot be set up (a malformed URL, no runtime).
-pub(crate) fn open(kind: BackendKind, redis_url: &str) -> Result<Box<dyn SimBackend>, String> {
+/// A message when Redis cannot be set up (a malformed URL, TLS settings that cannot work, no
+/// runtime).
+pub(crate) fn open(
+    kind: BackendKind,
+    redis_url: &str,
+    tls: &TlsArgs,
+) -> Result<Box<dyn SimBackend>, String> {
     match kind {
         // Unbounded: a simulation must never refuse a key for lack of room.
         BackendKind::Memory => Ok(Box::new(MemoryBackend::builder().max_keys(None).build())),
@@ -98,7 +135,8 @@ pub(crate) fn open(kind: BackendKind, redis_url: &str) -> Result<Box<dyn SimBack
                 .map_err(|e| format!("cannot start a runtime: {e}"))?;
             // A simulation reports Redis failures (it never falls back to local decisions),
             // and every request asks Redis (no deny cache): exact output.
-            let backend = RedisBackend::builder(redis_url)
+            let backend = tls
+                .apply(RedisBackend::builder(redis_url))
                 .prefix(fresh_prefix())
                 .timeout(Duration::from_secs(10))
                 .build()

@@ -127,6 +127,10 @@ pub(crate) struct SimulateArgs {
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
     pub(crate) redis_url: String,
 
+    /// TLS for a rediss:// --redis-url.
+    #[command(flatten)]
+    pub(crate) tls: crate::backend::TlsArgs,
+
     /// Read the trace from FILE instead of standard input ("-" is standard input).
     #[arg(long, value_name = "FILE")]
     pub(crate) input: Option<PathBuf>,

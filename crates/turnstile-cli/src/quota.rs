@@ -25,6 +25,10 @@ pub(crate) struct QuotaArgs {
     )]
     pub(crate) redis_url: String,
 
+    /// TLS for a rediss:// --redis-url.
+    #[command(flatten)]
+    pub(crate) tls: crate::backend::TlsArgs,
+
     /// The key prefix the services use.
     #[arg(long, default_value = turnstile_redis::DEFAULT_PREFIX, global = true)]
     pub(crate) prefix: String,
@@ -151,7 +155,9 @@ fn fail(message: &str) -> ExitCode {
 }
 
 async fn execute(args: QuotaArgs) -> Result<Value, String> {
-    let redis = RedisBackend::builder(args.redis_url.as_str())
+    let redis = args
+        .tls
+        .apply(RedisBackend::builder(args.redis_url.as_str()))
         .prefix(args.prefix.as_str())
         .key_encoding(if args.plain_keys {
             KeyEncoding::Plain

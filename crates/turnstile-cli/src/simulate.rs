@@ -165,7 +165,7 @@ fn simulate<R: BufRead + Buffered>(
     let mut backends = Vec::with_capacity(candidates.len());
     let mut result = Ok(());
     for _ in candidates {
-        match backend::open(args.backend, &args.redis_url) {
+        match backend::open(args.backend, &args.redis_url, &args.tls) {
             Ok(b) => backends.push(b),
             Err(e) => {
                 result = Err(Failure::Setup(e));

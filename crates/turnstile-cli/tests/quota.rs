@@ -129,3 +129,202 @@ fn an_unreachable_redis_is_named_with_the_flag_to_change_it() {
     );
     assert!(err.contains("--redis-url URL"), "{err}");
 }
+
+/// Runs one Redis command (any bytes in its arguments) against `redis`.
+fn redis_cmd(redis: &TestRedis, args: &[&str]) {
+    let client = turnstile_redis::redis::Client::open(redis.url()).expect("a Redis URL");
+    let mut conn = client.get_connection().expect("Redis answers");
+    let mut cmd = turnstile_redis::redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query::<turnstile_redis::redis::Value>(&mut conn)
+        .expect("the command runs");
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn quota_reset_repairs_a_state_key_holding_garbage() {
+    // Issue 13: garbage in a state key made `turnstile quota reset` fail with "stored
+    // rate-limit state is invalid", so the client stayed refused until someone deleted the
+    // key by hand. Values Lua's tonumber reads as numbers are garbage too.
+    let redis = TestRedis::get();
+    let prefix = format!("turnstile:cli-repair:{}", std::process::id());
+    let policy = ["--policy", "token-bucket:limit=5,period=1m,name=api"];
+    let run = |args: &[&str]| {
+        let args = [&["--plain-keys"][..], args, &policy].concat();
+        quota(&redis, &prefix, &args)
+    };
+    // Plain keys: the service's state key for "alice" under the policy "api".
+    let state_key = format!("{prefix}:{{k:alice}}:f2:api");
+    for garbage in [
+        "banana",
+        "1.5.60000.5|0x10|0",
+        "1.5.60000.5| 1|0",
+        "1.5.60000.5|1e3|0",
+        "1.5.60000.5|1|-0",
+        "1.5.60000.5|inf|0",
+        "1.5.60000.5|1|1.0",
+        "1.5.60000.5|1|300001",
+    ] {
+        redis_cmd(&redis, &["SET", &state_key, garbage]);
+        for op in ["peek", "refund"] {
+            let args: &[&str] = if op == "refund" {
+                &["refund", "alice", "--cost", "1"]
+            } else {
+                &["peek", "alice"]
+            };
+            let o = run(args);
+            assert_eq!(o.status.code(), Some(1), "{garbage}: {op}");
+            let err = stderr(&o);
+            assert!(
+                err.contains("stored rate-limit state is invalid")
+                    && err.contains("turnstile quota reset"),
+                "{garbage}: {op}: {err}"
+            );
+        }
+        let v = json(&run(&["reset", "alice"]));
+        assert_eq!(
+            (v["remaining"].as_u64(), v["reset_after_ms"].as_u64()),
+            (Some(5), Some(0)),
+            "{garbage}: {v}"
+        );
+        let v = json(&run(&["peek", "alice"]));
+        assert_eq!(v["remaining"], 5, "{garbage}: a fresh key's");
+    }
+    // A key of another type is repaired the same way.
+    redis_cmd(&redis, &["DEL", &state_key]);
+    redis_cmd(&redis, &["RPUSH", &state_key, "x"]);
+    assert_eq!(run(&["peek", "alice"]).status.code(), Some(1));
+    assert_eq!(json(&run(&["reset", "alice"]))["remaining"], 5);
+}
+
+#[test]
+fn quota_rm_repairs_a_garbage_configuration() {
+    // Issue 13: `turnstile quota rm` forgets whatever the configuration holds. Until then
+    // get, peek and reset say what is wrong and that `quota rm` removes it.
+    let redis = TestRedis::get();
+    let prefix = format!("turnstile:cli-rm:{}", std::process::id());
+    let policy = ["--policy", "token-bucket:limit=5,period=1m,name=api"];
+    let run = |args: &[&str]| quota(&redis, &prefix, &[&["--plain-keys"][..], args].concat());
+    for (i, garbage) in [
+        &["HSET", "o", "1 0 1000 5 t"][..],
+        &["HSET", "o", "+1 5 1000 5 t"][..],
+        &["HSET", "v", "0x10"][..],
+        &["HSET", "t", "no spaces"][..],
+        &["SET", "x"][..],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let client = format!("bob{i}");
+        let cfg = format!("{prefix}:{{k:{client}}}~cfg");
+        redis_cmd(&redis, &[&[garbage[0], &cfg][..], &garbage[1..]].concat());
+        for args in [
+            vec!["get", &client],
+            [&["peek", &client][..], &policy].concat(),
+            [&["reset", &client][..], &policy].concat(),
+        ] {
+            let o = run(&args);
+            assert_eq!(o.status.code(), Some(1), "{garbage:?}: {args:?}");
+            let err = stderr(&o);
+            assert!(
+                err.contains("invalid configuration") && err.contains("turnstile quota rm"),
+                "{garbage:?}: {args:?}: {err}"
+            );
+        }
+        let v = json(&run(&["rm", &client]));
+        assert_eq!(
+            (
+                v["override"].is_null(),
+                v["tier"].is_null(),
+                v["version"].as_u64()
+            ),
+            (true, true, Some(1)),
+            "{garbage:?}: {v}"
+        );
+        let v = json(&run(&["get", &client]));
+        assert_eq!(v["version"], 1, "{garbage:?}");
+        let v = json(&run(&[&["peek", &client][..], &policy].concat()));
+        assert_eq!(
+            (v["applied"].as_str(), v["remaining"].as_u64()),
+            (Some("defaults"), Some(5)),
+            "{garbage:?}"
+        );
+    }
+}
+
+#[test]
+fn quota_over_tls_with_a_ca_and_a_client_certificate() {
+    use turnstile_tests::redis_server::RedisServer;
+    use turnstile_tests::tls::TestPki;
+
+    let pki = TestPki::generate();
+    let args = pki.server_args(true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_tls(&args);
+    let url = server.url();
+    let ca = pki.path("ca.pem").display().to_string();
+    let cert = pki.path("client.pem").display().to_string();
+    let key = pki.path("client.key").display().to_string();
+    let run = |tls: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args([
+                "quota",
+                "--redis-url",
+                &url,
+                "--prefix",
+                "turnstile:cli-tls",
+            ])
+            .args(tls)
+            .args([
+                "peek",
+                "alice",
+                "--policy",
+                "fixed-window:limit=3,period=1h",
+            ])
+            .output()
+            .expect("the turnstile binary runs")
+    };
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // The CA and the client certificate: the quota, as on a plain Redis.
+    let v = json(&run(&[
+        "--tls-ca",
+        &ca,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]));
+    assert_eq!(
+        (v["applied"].as_str(), v["remaining"].as_u64()),
+        (Some("defaults"), Some(3))
+    );
+    // Without the client certificate the server refuses the connection.
+    let o = run(&["--tls-ca", &ca]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("CertificateRequired"), "{}", stderr(&o));
+    // Without the CA the server is not trusted (the system store does not hold it).
+    let o = run(&["--tls-cert", &cert, "--tls-key", &key]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("UnknownIssuer"), "{}", stderr(&o));
+    // A key without its certificate is a usage error (exit 2), before anything runs.
+    let o = run(&["--tls-ca", &ca, "--tls-key", &key]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--tls-cert"), "{}", stderr(&o));
+    // A file that is not a CA certificate: a configuration error naming the file.
+    let o = run(&["--tls-ca", &key, "--tls-cert", &cert, "--tls-key", &key]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("invalid Redis TLS settings")
+            && stderr(&o).contains("holds no certificate")
+            && stderr(&o).contains(&key),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("panicked"));
+}

@@ -413,6 +413,39 @@ fn compare_on_redis_matches_memory_and_cleans_up() {
     assert_eq!(size.trim(), ":0");
 }
 
+/// `--compare` on Redis over mutual TLS (`--tls-ca`, `--tls-cert`, `--tls-key`): the same
+/// bytes as in memory.
+#[test]
+fn compare_on_redis_over_tls_matches_memory() {
+    let pki = turnstile_tests::tls::TestPki::generate();
+    let server_args = pki.server_args(true);
+    let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    let redis = turnstile_tests::redis_server::RedisServer::start_tls(&server_args);
+    let url = redis.url();
+    let (ca, cert, key) = (
+        pki.path("ca.pem").display().to_string(),
+        pki.path("client.pem").display().to_string(),
+        pki.path("client.key").display().to_string(),
+    );
+    let mut args = vec!["simulate", "--compare"];
+    args.extend(CANDIDATES);
+    let memory = run(&args, TRACE.as_bytes());
+    args.extend(["--backend", "redis", "--redis-url", &url, "--tls-ca", &ca]);
+    // Without the client certificate the server hangs up: a setup failure, no decision.
+    let refused = run(&args, TRACE.as_bytes());
+    assert!(!refused.status.success());
+    assert!(stdout(&refused).is_empty(), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("CertificateRequired"),
+        "{}",
+        stderr(&refused)
+    );
+    args.extend(["--tls-cert", &cert, "--tls-key", &key]);
+    let on_redis = run(&args, TRACE.as_bytes());
+    assert!(on_redis.status.success(), "{}", stderr(&on_redis));
+    assert_eq!(stdout(&on_redis), stdout(&memory));
+}
+
 /// Parses `path` as XML and returns the texts of its `<text>` elements.
 fn svg_texts(path: &Path) -> Vec<String> {
     let svg = fs::read_to_string(path).expect("the plot is written");

@@ -8,7 +8,7 @@ use crate::backend::BackendError;
 ///
 /// | error ([`BackendError`]) | `Open` | `Closed` | `Local` (default) | counts as down |
 /// | --- | --- | --- | --- | --- |
-/// | unreachable, timed out, or failed running the check ([`BackendError::is_unavailable`]: `Connection`, `Timeout`, `Script`) | admitted, no rate-limit headers | `503` (gRPC `UNAVAILABLE`) | decided by the local fallback | yes, on the backend's evidence (the Redis backend: per node) |
+/// | unreachable (an endpoint that is not the backend included: the Redis backend says "not a Redis server at …"), timed out, or failed running the check ([`BackendError::is_unavailable`]: `Connection`, `Timeout`, `Script`) | admitted, no rate-limit headers | `503` (gRPC `UNAVAILABLE`) | decided by the local fallback | yes, on the backend's evidence (the Redis backend: per node) |
 /// | one key's stored state or configuration unreadable (`InvalidState`) | admitted | `503` | decided by the local fallback | no |
 /// | the in-memory key cap reached (`CapacityExceeded`) | admitted | `503` | admitted (as `Open`: the fallback is memory too) | no |
 /// | the request cannot be represented (`InvalidRequest`) | admitted | `503` | admitted (as `Open`) | no |

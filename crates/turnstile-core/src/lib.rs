@@ -48,6 +48,8 @@ pub mod metric_names;
 pub mod policy;
 pub mod quota;
 pub mod round;
+#[cfg(test)]
+mod test_util;
 pub mod wrap;
 
 pub use algorithm::{Evaluation, State};

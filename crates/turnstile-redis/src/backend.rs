@@ -19,7 +19,7 @@ use crate::conn::NodeConn;
 use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Change, Health, HealthConfig, NodeDown};
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
-use crate::script::{check_args, parse_config, parse_reply, Op, Sets};
+use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
 /// times are not the server's time, so a TTL derived from them could expire state mid-run.
@@ -60,6 +60,15 @@ pub(crate) enum Target {
 /// What a request gets then is the caller's failure policy (`turnstile_core::FailurePolicy`:
 /// the tower layer falls back to a local limiter by default); the local deny cache is
 /// `turnstile_core::wrap::DenyCache`.
+/// An endpoint that answers something other than the Redis protocol (an HTTP server on the
+/// Redis port) is a [`BackendError::Connection`] saying "not a Redis server at `<node>`".
+///
+/// Everything read from Redis is parsed strictly (see `lua/prelude.lua`): a key holding
+/// anything the scripts do not write — a hand edit, `0x10`, `1e3`, a key of another type —
+/// is a [`BackendError::InvalidState`] naming it. `Quotas::reset` forgets whatever a key's
+/// policies' state holds, and `Quotas::clear_config` whatever its configuration holds (a
+/// configuration that cannot be read fails every other operation, a reset included, since
+/// which policies apply is unknown).
 ///
 /// Each new connection checks the server: one older than
 /// [`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION) is refused with
@@ -234,11 +243,12 @@ impl<C: Clock> RedisBackend<C> {
         )
         .map_err(Failed::local)?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let reply: Vec<redis::Value> = self.invoke(&inv, slot).await?;
-        parse_reply(&reply, sets).map_err(|error| Failed {
+        let reply: redis::Value = self.invoke(&inv, slot).await?;
+        let request = |error| Failed {
             error,
             fault: Fault::Request,
-        })
+        };
+        parse_reply(&array(reply, "check").map_err(request)?, sets).map_err(request)
     }
 
     /// Runs `inv`, whose keys are all in `slot`, on its node.
@@ -272,9 +282,10 @@ impl<C: Clock> RedisBackend<C> {
     /// # Errors
     /// [`BackendError::InvalidRequest`] for an empty policy list, duplicate policy names, an
     /// algorithm the Redis scripts do not implement or a time beyond 2^53 − 1;
-    /// [`BackendError::Connection`] when Redis cannot be reached;
+    /// [`BackendError::Connection`] when Redis cannot be reached (or the endpoint is not
+    /// Redis);
     /// [`BackendError::Script`] for an error reply; [`BackendError::InvalidState`] when a key
-    /// holds something the script cannot read.
+    /// holds something the script cannot read (`Quotas::reset` forgets it).
     pub async fn check_on_redis(
         &self,
         key: &str,
@@ -303,8 +314,8 @@ impl<C: Clock> RedisBackend<C> {
             inv.arg(*a);
         }
         let call = async { self.invoke(&inv, slot).await.map_err(|f| f.error) };
-        let reply: Vec<redis::Value> = self.timed(call).await?;
-        parse_config(&reply, key)
+        let reply: redis::Value = self.timed(call).await?;
+        parse_config(&array(reply, "configuration")?, key)
     }
 
     /// Deletes every key under this backend's prefix (`SCAN` + `UNLINK`, single node only;
@@ -330,13 +341,13 @@ impl<C: Clock> RedisBackend<C> {
                 .arg(1000)
                 .query_async(&mut conn)
                 .await
-                .map_err(redis_error)?;
+                .map_err(|e| redis_error(e, &self.inner.node))?;
             if !keys.is_empty() {
                 let n: u64 = redis::cmd("UNLINK")
                     .arg(&keys)
                     .query_async(&mut conn)
                     .await
-                    .map_err(redis_error)?;
+                    .map_err(|e| redis_error(e, &self.inner.node))?;
                 deleted += n;
             }
             if next == 0 {

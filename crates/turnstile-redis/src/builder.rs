@@ -1,19 +1,21 @@
-//! [`RedisBackendBuilder`]: URLs, prefix, key encoding, timeout, retry interval, pool.
+//! [`RedisBackendBuilder`]: URLs, prefix, key encoding, timeout, retry interval, TLS.
 
-use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, IntoConnectionInfo};
+use deadpool_redis::redis;
 use turnstile_core::{Clock, SystemClock};
 
 use crate::backend::{Counters, Inner, RedisBackend, Target};
 use crate::cluster::ClusterConn;
 use crate::conn::{NodeConn, Source};
+use crate::error::InvalidRedisConfig;
 use crate::health::{Health, HealthConfig};
 use crate::keys::KeyEncoding;
 use crate::script::{check_script, config_script};
 use crate::sentinel;
+use crate::tls::TlsFiles;
 
 /// The default key prefix. The `v1` is the stored format's version, so two releases that
 /// store state differently never misread each other's keys.
@@ -27,39 +29,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 /// 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Why a [`RedisBackend`] could not be built.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum InvalidRedisConfig {
-    /// The URL did not parse (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS,
-    /// several comma-separated URLs for a Cluster,
-    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]` for
-    /// Sentinel, with the `sentinel` feature).
-    Url(String),
-    /// The prefix was empty or held `{` or `}` (it must not start a Cluster hash tag).
-    Prefix(String),
-    /// The failure threshold was 0 (see [`RedisBackendBuilder::failure_threshold`]).
-    FailureThreshold(u32),
-}
-
-impl fmt::Display for InvalidRedisConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InvalidRedisConfig::Url(e) => write!(f, "invalid Redis URL: {e}"),
-            InvalidRedisConfig::Prefix(p) => write!(
-                f,
-                "invalid key prefix {p:?}: it must be non-empty and hold no '{{' or '}}'"
-            ),
-            InvalidRedisConfig::FailureThreshold(n) => write!(
-                f,
-                "invalid failure threshold {n}: a node counts as down after at least 1 failed round"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for InvalidRedisConfig {}
-
 /// Configures a [`RedisBackend`].
 #[derive(Debug)]
 #[must_use]
@@ -71,6 +40,7 @@ pub struct RedisBackendBuilder<C = SystemClock> {
     timeout: Duration,
     retry_interval: Duration,
     pub(crate) health: HealthConfig,
+    tls: TlsFiles,
     clock: C,
 }
 
@@ -92,6 +62,7 @@ impl RedisBackend<SystemClock> {
             timeout: DEFAULT_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             health: HealthConfig::default(),
+            tls: TlsFiles::default(),
             clock: SystemClock,
         }
     }
@@ -138,6 +109,37 @@ impl<C> RedisBackendBuilder<C> {
         self
     }
 
+    /// The certificate authority that verifies the server of a `rediss://` URL: a PEM file
+    /// (RFC 7468) of one or more X.509 CA certificates (RFC 5280), such as the file given to
+    /// `redis-server --tls-ca-cert-file`. It replaces the system trust store for this
+    /// backend. The file is read and checked by [`build`](Self::build); the server's
+    /// certificate must also name the URL's host (RFC 6125: a DNS name or IP address in its
+    /// subject alternative names). Needs the `tls` feature; a single node or a Cluster (every
+    /// node of the Cluster gets it), not Sentinel.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) returns [`InvalidRedisConfig::Tls`] when the file cannot be read
+    /// or holds no usable certificate, or when no URL is `rediss://`.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// The client certificate for mutual TLS (Redis `tls-auth-clients yes`): `cert`, a PEM
+    /// file (RFC 7468) of the certificate chain, the client's certificate first; `key`, a PEM
+    /// file of its private key (PKCS #8 `PRIVATE KEY`, PKCS #1 `RSA PRIVATE KEY` or SEC1
+    /// `EC PRIVATE KEY`, unencrypted). Both are read and checked by [`build`](Self::build),
+    /// including that the key belongs to the certificate. Needs the `tls` feature and a
+    /// `rediss://` URL (single node or Cluster, not Sentinel).
+    ///
+    /// # Errors
+    /// [`build`](Self::build) returns [`InvalidRedisConfig::Tls`] when a file cannot be read,
+    /// holds no certificate or no unencrypted key, or the key does not match.
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client = Some((cert.into(), key.into()));
+        self
+    }
+
     /// The local clock: used only to time the retry interval. Decisions on Redis use the
     /// server's `TIME`.
     pub fn clock<C2: Clock>(self, clock: C2) -> RedisBackendBuilder<C2> {
@@ -149,18 +151,22 @@ impl<C> RedisBackendBuilder<C> {
             timeout: self.timeout,
             retry_interval: self.retry_interval,
             health: self.health,
+            tls: self.tls,
             clock,
         }
     }
 
     /// Builds the backend. No connection is made yet: the first check connects, so a
-    /// backend can be built while Redis is down.
+    /// backend can be built while Redis is down. For `rediss://` URLs the TLS files and the
+    /// system trust store are read now, and rustls's `ring` crypto provider is installed as
+    /// the process default unless the application installed one before.
     ///
     /// # Errors
     /// [`InvalidRedisConfig::Url`] for a URL that does not parse (or a Sentinel URL without
     /// the `sentinel` feature, or with [`cluster(true)`](Self::cluster));
     /// [`InvalidRedisConfig::Prefix`] for an empty prefix or one holding `{` or `}`;
-    /// [`InvalidRedisConfig::FailureThreshold`] for a failure threshold of 0.
+    /// [`InvalidRedisConfig::FailureThreshold`] for a failure threshold of 0;
+    /// [`InvalidRedisConfig::Tls`] for TLS settings that cannot work (see there).
     pub fn build(self) -> Result<RedisBackend<C>, InvalidRedisConfig>
     where
         C: Clock,
@@ -186,6 +192,7 @@ impl<C> RedisBackendBuilder<C> {
             }
             let spec =
                 sentinel::SentinelSpec::parse(&self.urls).map_err(InvalidRedisConfig::Url)?;
+            crate::tls::refuse_for_sentinel(&self.tls)?;
             let name = spec.name();
             (sentinel_target(spec, name.clone(), connection)?, name)
         } else {
@@ -201,6 +208,7 @@ impl<C> RedisBackendBuilder<C> {
             for u in &urls {
                 redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
             }
+            let connect = crate::tls::prepare(&urls, &self.tls)?;
             let cluster = self.cluster.unwrap_or(urls.len() > 1);
             let node = urls
                 .iter()
@@ -208,7 +216,8 @@ impl<C> RedisBackendBuilder<C> {
                 .collect::<Vec<_>>()
                 .join(",");
             let target = if cluster {
-                let client = redis::cluster::ClusterClientBuilder::new(urls)
+                let client = connect
+                    .cluster_certificates(redis::cluster::ClusterClientBuilder::new(urls))
                     .connection_timeout(connect_timeout)
                     .response_timeout(connect_timeout)
                     .overall_response_timeout(None)
@@ -216,10 +225,7 @@ impl<C> RedisBackendBuilder<C> {
                     .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
                 Target::Cluster(ClusterConn::new(client, node.clone()))
             } else {
-                let info = urls[0]
-                    .as_str()
-                    .into_connection_info()
-                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+                let info = connect.connection_info(&urls[0])?;
                 Target::Single(NodeConn::new(Source::Url(info), node.clone(), connection))
             };
             (target, node)

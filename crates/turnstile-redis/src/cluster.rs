@@ -195,11 +195,11 @@ impl ClusterConn {
             .client
             .get_async_connection()
             .await
-            .map_err(Failed::connect)?;
+            .map_err(|e| Failed::connect(e, &self.name))?;
         self.checks
             .run(&mut RandomNode(&mut conn), &self.name)
             .await
-            .map_err(refused)?;
+            .map_err(|r| refused(r, &self.name))?;
         self.connects.fetch_add(1, Ordering::Relaxed);
         *self
             .current
@@ -227,7 +227,7 @@ impl ClusterConn {
             let failed = match self.get().await {
                 Ok(conn) => match inv.invoke_async(&mut OnSlot { conn, slot }).await {
                     Ok(v) => return Ok(v),
-                    Err(e) => Failed::call(e),
+                    Err(e) => Failed::call(e, &self.name),
                 },
                 Err(f) => f,
             };

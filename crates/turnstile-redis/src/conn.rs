@@ -162,7 +162,7 @@ impl NodeConn {
                     );
                     self.resp3.store(false, Ordering::Relaxed);
                 }
-                Err(e) => return Err(Failed::connect(e)),
+                Err(e) => return Err(Failed::connect(e, &self.name)),
             }
         }
         let mut conn = match conn {
@@ -171,12 +171,12 @@ impl NodeConn {
                 .source
                 .connect(redis::ProtocolVersion::RESP2, &self.config)
                 .await
-                .map_err(Failed::connect)?,
+                .map_err(|e| Failed::connect(e, &self.name))?,
         };
         self.checks
             .run(&mut conn, &self.name)
             .await
-            .map_err(refused)?;
+            .map_err(|r| refused(r, &self.name))?;
         self.connects.fetch_add(1, Ordering::Relaxed);
         Ok(Live {
             conn,
@@ -204,7 +204,7 @@ impl NodeConn {
                     match inv.invoke_async(&mut conn).await {
                         Ok(v) => return Ok(v),
                         Err(e) => {
-                            let f = Failed::call(e);
+                            let f = Failed::call(e, &self.name);
                             if f.fault.reconnects() {
                                 self.discard(live.id);
                             }
@@ -223,9 +223,9 @@ impl NodeConn {
 }
 
 /// The failure of a connection the server checks refused.
-pub(crate) fn refused(r: Refused) -> Failed {
+pub(crate) fn refused(r: Refused, node: &str) -> Failed {
     match r {
-        Refused::Connection(e) => Failed::connect(e),
+        Refused::Connection(e) => Failed::connect(e, node),
         Refused::Version(v) => Failed {
             error: BackendError::Connection(Box::new(v)),
             fault: Fault::Unsupported,

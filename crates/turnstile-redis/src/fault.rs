@@ -105,19 +105,23 @@ pub(crate) struct Failed {
 }
 
 impl Failed {
-    /// A failure of a call on an established connection.
-    pub(crate) fn call(e: RedisError) -> Self {
+    /// A failure of a call to `node` on an established connection.
+    pub(crate) fn call(e: RedisError, node: &str) -> Self {
         Failed {
             fault: classify(&e),
-            error: redis_error(e),
+            error: redis_error(e, node),
         }
     }
 
-    /// A connection that could not be made.
-    pub(crate) fn connect(e: RedisError) -> Self {
+    /// A connection to `node` that could not be made.
+    pub(crate) fn connect(e: RedisError, node: &str) -> Self {
         Failed {
             fault: Fault::Unreachable,
-            error: BackendError::Connection(Box::new(e)),
+            error: if is_not_redis(&e) {
+                not_redis(&e, node)
+            } else {
+                BackendError::Connection(Box::new(e))
+            },
         }
     }
 
@@ -138,8 +142,40 @@ impl Failed {
     }
 }
 
-/// The [`BackendError`] of a Redis error.
-pub(crate) fn redis_error(e: RedisError) -> BackendError {
+/// Whether `e` says the reply was not the Redis protocol (RESP). Scripts' replies are taken
+/// as `redis::Value`, so no conversion of a reply raises a parse error of its own. A
+/// Cluster's seed connections report their errors as text only (an I/O error "Failed to
+/// create initial connections" whose detail is the last node's error): there, the decoder's
+/// "Parse error at" is the sign.
+fn is_not_redis(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Parse
+        || (e.kind() == ErrorKind::Io && e.detail().is_some_and(|d| d.contains("Parse error at")))
+}
+
+/// Something other than Redis answered at `node` (an HTTP server on the Redis port, say): no
+/// Redis can be reached there.
+fn not_redis(e: &RedisError, node: &str) -> BackendError {
+    // redis-rs's parse errors span lines: keep the message on one.
+    let why = e.to_string();
+    let why: Vec<&str> = why
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    BackendError::Connection(
+        format!(
+            "not a Redis server at {node}: its reply is not the Redis protocol ({})",
+            why.join("; ")
+        )
+        .into(),
+    )
+}
+
+/// The [`BackendError`] of a Redis error from `node` (as `RedisBackend::node` names it).
+pub(crate) fn redis_error(e: RedisError, node: &str) -> BackendError {
+    if is_not_redis(&e) {
+        return not_redis(&e, node);
+    }
     if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
         return BackendError::Connection(Box::new(e));
     }
@@ -236,7 +272,10 @@ mod tests {
             assert_eq!(f, Fault::Request, "{line}");
             assert!(!f.counts_against_node() && !f.retries() && !f.reconnects());
         }
-        let e = Failed::call(reply("-TURNSTILE_INVALID_STATE key k holds a list"));
+        let e = Failed::call(
+            reply("-TURNSTILE_INVALID_STATE key k holds a list"),
+            "redis://n",
+        );
         assert!(
             matches!(e.error, BackendError::InvalidState(_)),
             "{:?}",

@@ -1,4 +1,5 @@
-//! Redis key names: `<prefix>:{<client key>}:<policy name>`.
+//! Redis key names: `<prefix>:{<client key>}:<format>:<policy name>` for state,
+//! `<prefix>:{<client key>}~cfg` for a client's configuration.
 
 use sha2::{Digest, Sha256};
 
@@ -47,9 +48,16 @@ impl KeyEncoding {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// The state key of one policy: `<prefix>:{<tag>}:<policy name>`.
+/// The version of the stored states' format, part of every state key whatever the prefix
+/// (`STATE_FORMAT` in `lua/prelude.lua`): a release that stores states differently uses
+/// other keys, so none ever reads another release's format as its own. `f2`: the GCRA state
+/// holds its theoretical arrival time relative to the last update (format 1 held it
+/// absolute, at keys without a version).
+pub(crate) const STATE_FORMAT: &str = "f2";
+
+/// The state key of one policy: `<prefix>:{<tag>}:<format>:<policy name>`.
 pub(crate) fn state_key(prefix: &str, tag: &str, policy: &str) -> String {
-    format!("{prefix}:{{{tag}}}:{policy}")
+    format!("{prefix}:{{{tag}}}:{STATE_FORMAT}:{policy}")
 }
 
 /// The key of a client's configuration hash: `<prefix>:{<tag>}~cfg`.
@@ -82,7 +90,10 @@ mod tests {
         assert_eq!(KeyEncoding::Plain.tag("a}b{c%"), "k:a%7Db%7Bc%25");
         assert_eq!(
             state_key("turnstile:v1", &KeyEncoding::Plain.tag("}x"), "per-ip"),
-            "turnstile:v1:{k:%7Dx}:per-ip"
+            "turnstile:v1:{k:%7Dx}:f2:per-ip"
+        );
+        assert!(
+            crate::script::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))
         );
     }
 }

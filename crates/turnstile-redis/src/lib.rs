@@ -30,6 +30,20 @@
 //! give the same decisions for the same requests at the same times. Lua numbers are doubles,
 //! so the scripts keep every intermediate below 2^53 and divide with `math.fmod`.
 //!
+//! # TLS
+//! With the `tls` feature, `rediss://` URLs connect over TLS 1.2 or 1.3 (RFC 5246, RFC 8446)
+//! with rustls and its `ring` crypto provider, which [`RedisBackendBuilder::build`] installs
+//! as the process default unless the application installed one first. The server's
+//! certificate is verified (RFC 5280 paths, RFC 6125 names) against the CA file given to
+//! [`RedisBackendBuilder::tls_ca_file`], else the system trust store (`SSL_CERT_FILE` and
+//! `SSL_CERT_DIR` when set, else the OS store), or with `tls-webpki-roots` the Mozilla roots
+//! compiled in. [`RedisBackendBuilder::tls_client_cert`] gives a client certificate for mutual
+//! TLS. `rediss://host:port/#insecure` turns verification off (any certificate, any name).
+//! Every file is read and checked at build: what cannot work is an
+//! [`InvalidRedisConfig::Tls`] then, never a panic or an error at the first check. A single
+//! node and every node of a Cluster use the certificates; Sentinel (`redis+sentinel://`) has
+//! no TLS here, and TLS files with a Sentinel URL are refused.
+//!
 //! [turnstile]: https://docs.rs/turnstile
 
 // On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
@@ -39,6 +53,7 @@ mod backend;
 mod builder;
 mod cluster;
 mod conn;
+mod error;
 mod fault;
 mod health;
 mod keys;
@@ -46,13 +61,12 @@ mod quotas;
 mod script;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
-pub use builder::{
-    InvalidRedisConfig, RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL,
-    DEFAULT_TIMEOUT,
-};
+pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT};
 pub use deadpool_redis::redis;
+pub use error::InvalidRedisConfig;
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};

@@ -28,8 +28,13 @@ pub const CHECK_SCRIPT: &str = concat!(
     include_str!("../lua/check.lua"),
 );
 
-/// The Lua source of the configuration script (`lua/config.lua`).
-pub const CONFIG_SCRIPT: &str = include_str!("../lua/config.lua");
+/// The Lua source of the configuration script: `lua/prelude.lua` and `lua/config.lua`,
+/// concatenated in that order.
+pub const CONFIG_SCRIPT: &str = concat!(
+    include_str!("../lua/prelude.lua"),
+    "\n",
+    include_str!("../lua/config.lua"),
+);
 
 pub(crate) fn check_script() -> Script {
     Script::new(CHECK_SCRIPT)
@@ -131,11 +136,7 @@ pub(crate) fn check_args(
     let mut set = |tier: &str, policies: &[Policy]| -> Result<(), BackendError> {
         inv.arg(tier).arg(policies.len());
         for p in policies {
-            inv.arg(algorithm_id(p.algorithm())?)
-                .arg(p.limit())
-                .arg(p.period_ms())
-                .arg(p.capacity())
-                .arg(p.name());
+            inv.arg(params(p)?).arg(p.name());
         }
         Ok(())
     };
@@ -146,11 +147,44 @@ pub(crate) fn check_args(
     Ok(())
 }
 
-/// Integers and strings per policy in the check script's reply.
-const PER_POLICY: usize = 16;
+/// A policy's parameters as the check script takes them and stores them before every
+/// state: `alg.L.P.B` in decimal (id, limit, period in ms, capacity).
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (see
+/// [`algorithm_id`]).
+pub(crate) fn params(p: &Policy) -> Result<String, BackendError> {
+    Ok(format!(
+        "{}.{}.{}.{}",
+        algorithm_id(p.algorithm())?,
+        p.limit(),
+        p.period_ms(),
+        p.capacity()
+    ))
+}
+
+/// Integers per policy in the check script's reply: allowed, remaining and three exact
+/// durations.
+const PER_RESULT: usize = 11;
+/// Values per policy of an override in the check script's reply: its parameters and name
+/// (the caller does not know them), then the result.
+const PER_OVERRIDE: usize = 5 + PER_RESULT;
 
 fn bad(what: &str) -> BackendError {
     BackendError::Script(format!("unexpected reply from the check script: {what}"))
+}
+
+/// A script's reply as the array every script returns.
+///
+/// # Errors
+/// [`BackendError::Script`] for any other reply.
+pub(crate) fn array(reply: Value, script: &str) -> Result<Vec<Value>, BackendError> {
+    match reply {
+        Value::Array(v) => Ok(v),
+        other => Err(BackendError::Script(format!(
+            "unexpected reply from the {script} script: {other:?} is not an array"
+        ))),
+    }
 }
 
 fn int(v: &Value) -> Result<i64, BackendError> {
@@ -195,7 +229,8 @@ pub(crate) fn policy_from_parts(
 }
 
 /// Parses the check script's reply into the time it used and a decision. Policies the
-/// caller passed are reused as they are (the reply names them); an override's are rebuilt.
+/// caller passed are reused as they are (the reply gives their results in the caller's
+/// order); an override's are rebuilt from the parameters and names the reply carries.
 pub(crate) fn parse_reply(
     reply: &[Value],
     sets: Sets<'_>,
@@ -208,7 +243,25 @@ pub(crate) fn parse_reply(
     let tier = text(&reply[2])?;
     let version = nat(&reply[3])?;
     let count = usize::try_from(nat(&reply[4])?).map_err(|_| bad("count"))?;
-    if reply.len() != 5 + PER_POLICY * count {
+    // The defaults' and a tier's policies are the caller's own, in its order: the reply
+    // carries only their results. An override's come with their parameters and names.
+    let known: Option<&[Policy]> = match applied {
+        0 => Some(sets.defaults),
+        2 => Some(
+            sets.tiers
+                .iter()
+                .find(|(t, _)| *t == tier)
+                .map(|(_, ps)| *ps)
+                .ok_or_else(|| bad("a tier the call did not carry"))?,
+        ),
+        _ => None,
+    };
+    let per = if known.is_some() {
+        PER_RESULT
+    } else {
+        PER_OVERRIDE
+    };
+    if reply.len() != 5 + per * count || known.is_some_and(|ps| ps.len() != count) {
         return Err(bad("length"));
     }
     let dur = |w: &Value, n: &Value, d: &Value| -> Result<Duration, BackendError> {
@@ -222,47 +275,40 @@ pub(crate) fn parse_reply(
         }
         Ok(exact_ms(w * d + n, d))
     };
-    let known = |name: &str| -> Option<&Policy> {
-        match applied {
-            0 => sets.defaults.iter().find(|p| p.name() == name),
-            2 => sets
-                .tiers
-                .iter()
-                .find(|(t, _)| *t == tier)
-                .and_then(|(_, ps)| ps.iter().find(|p| p.name() == name)),
-            _ => None,
-        }
-    };
     let mut decisions = Vec::with_capacity(count);
-    for r in reply[5..].chunks_exact(PER_POLICY) {
-        let name = text(&r[4])?;
-        let (alg, limit, period, cap) = (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
-        let policy = match known(&name) {
-            Some(p) => p.clone(),
-            None => policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
-                BackendError::InvalidState(format!(
-                    "stored override policy {name:?} is invalid: {why}"
-                ))
-            })?,
+    for (i, r) in reply[5..].chunks_exact(per).enumerate() {
+        let (policy, r) = match known {
+            Some(ps) => (ps[i].clone(), r),
+            None => {
+                let name = text(&r[4])?;
+                let (alg, limit, period, cap) =
+                    (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
+                let policy = policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
+                    BackendError::InvalidState(format!(
+                        "stored override policy {name:?} is invalid: {why}"
+                    ))
+                })?;
+                (policy, &r[5..])
+            }
         };
-        let allowed = match int(&r[5])? {
+        let allowed = match int(&r[0])? {
             0 => false,
             1 => true,
             _ => return Err(bad("allowed")),
         };
-        let remaining = nat(&r[6])?;
-        let retry = if int(&r[7])? == -1 {
+        let remaining = nat(&r[1])?;
+        let retry = if int(&r[2])? == -1 {
             None
         } else {
-            Some(dur(&r[7], &r[8], &r[9])?)
+            Some(dur(&r[2], &r[3], &r[4])?)
         };
         decisions.push(PolicyDecision::new(
             policy,
             allowed,
             remaining,
             retry,
-            dur(&r[10], &r[11], &r[12])?,
-            dur(&r[13], &r[14], &r[15])?,
+            dur(&r[5], &r[6], &r[7])?,
+            dur(&r[8], &r[9], &r[10])?,
         ));
     }
     let decision = match applied {
@@ -299,6 +345,15 @@ pub(crate) fn encode_override(policies: &[Policy]) -> Result<String, BackendErro
     Ok(lines.join("\n"))
 }
 
+/// A non-negative integer as the scripts store it: decimal digits only, at most 2^53 − 1 (the
+/// scripts' `nat` in `lua/prelude.lua`). `u64::from_str` alone would also take `+5`.
+fn stored_integer(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|n| *n <= MAX_EXACT)
+}
+
 /// Parses the configuration script's reply.
 pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, BackendError> {
     let [o, t, v] = reply else {
@@ -315,7 +370,7 @@ pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, Back
         let mut ps = Vec::new();
         for line in o.split('\n') {
             let mut f = line.splitn(5, ' ');
-            let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
+            let mut num = || f.next().and_then(stored_integer);
             let (a, l, p, b) = (num(), num(), num(), num());
             let name = f.next();
             let (Some(a), Some(l), Some(p), Some(b), Some(name)) = (a, l, p, b, name) else {
@@ -329,6 +384,9 @@ pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, Back
             })?;
             ps.push(policy);
         }
+        turnstile_core::quota::validate_policy_set(&ps).map_err(|why| {
+            BackendError::InvalidState(format!("the stored override of {key:?} is invalid: {why}"))
+        })?;
         Some(ps)
     };
     Ok(KeyConfig::new(policies, (!t.is_empty()).then_some(t), v))
@@ -340,7 +398,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_own_script_id_and_back() {
-        // The ids of `ALG[id] = ...` in lua/.
+        // The ids of `MAKE[id] = ...` in lua/ (the maker of `ALG[id]`, built on first use).
         let expected = [
             (Algorithm::TokenBucket, 1),
             (Algorithm::Gcra, 2),
@@ -359,8 +417,8 @@ mod tests {
             );
             assert_eq!(algorithm_of(i64::from(id)), Ok(a), "{a}");
             assert!(
-                CHECK_SCRIPT.contains(&format!("ALG[{id}] =")),
-                "{a}: no ALG[{id}]"
+                CHECK_SCRIPT.contains(&format!("MAKE[{id}] = function()")),
+                "{a}: no MAKE[{id}]"
             );
         }
     }
@@ -407,6 +465,128 @@ mod tests {
         let err = parse_reply(&reply, sets).unwrap_err();
         assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
         assert!(err.to_string().contains("algorithm id 7"), "{err}");
+    }
+
+    #[test]
+    fn a_compact_reply_gives_the_callers_own_policies_their_results_in_order() {
+        // applied 2 (a tier): no parameters or names, only each policy's 11 result values,
+        // in the order the call sent the tier's policies.
+        let a = Policy::token_bucket(5, Duration::from_secs(1))
+            .unwrap()
+            .with_name("a")
+            .unwrap();
+        let b = Policy::fixed_window(3, Duration::from_secs(60))
+            .unwrap()
+            .with_name("b")
+            .unwrap();
+        let gold = [a.clone(), b.clone()];
+        let tiers = [("gold", &gold[..])];
+        let sets = Sets {
+            defaults: &[],
+            tiers: &tiers,
+            unconfigured: Unconfigured::Defaults,
+        };
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let result = |allowed: i64, remaining: i64| {
+            let mut r = vec![Value::Int(allowed), Value::Int(remaining)];
+            r.extend([Value::Int(0), Value::Int(0), Value::Int(1)]); // retry 0
+            r.extend([Value::Int(200), Value::Int(0), Value::Int(1)]); // reset 200 ms
+            r.extend([Value::Int(0), Value::Int(0), Value::Int(1)]); // delay 0
+            r
+        };
+        let mut reply = vec![
+            Value::Int(7),
+            Value::Int(2),
+            s("gold"),
+            Value::Int(3),
+            Value::Int(2),
+        ];
+        reply.extend(result(1, 4));
+        reply.extend(result(1, 2));
+        let (now, d) = parse_reply(&reply, sets).unwrap();
+        assert_eq!(now, 7);
+        assert_eq!(d.policies().len(), 2);
+        assert_eq!(d.policies()[0].policy(), &a);
+        assert_eq!(d.policies()[0].remaining(), 4);
+        assert_eq!(d.policies()[1].policy(), &b);
+        assert_eq!(d.policies()[1].remaining(), 2);
+        // A count other than the tier's policy count, or one result short, is refused.
+        let mut short = reply.clone();
+        short.truncate(reply.len() - 1);
+        assert!(matches!(
+            parse_reply(&short, sets),
+            Err(BackendError::Script(_))
+        ));
+        let mut one = reply[..5].to_vec();
+        one[4] = Value::Int(1);
+        one.extend(result(1, 4));
+        assert!(matches!(
+            parse_reply(&one, sets),
+            Err(BackendError::Script(_))
+        ));
+        // A tier the call did not carry.
+        let mut other = reply.clone();
+        other[2] = s("silver");
+        assert!(matches!(
+            parse_reply(&other, sets),
+            Err(BackendError::Script(_))
+        ));
+    }
+
+    #[test]
+    fn stored_integers_are_digits_only_up_to_2_53_minus_1() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("007", Some(7)),
+            ("9007199254740991", Some(MAX_EXACT)),
+            ("9007199254740992", None),
+            ("+1", None),
+            ("-0", None),
+            (" 1", None),
+            ("1 ", None),
+            ("0x10", None),
+            ("1e3", None),
+            ("1.0", None),
+            ("inf", None),
+            ("", None),
+            ("١", None), // an Arabic-Indic digit
+        ] {
+            assert_eq!(stored_integer(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn stored_overrides_are_read_as_strictly_as_the_scripts_read_them() {
+        // The same refusals as parse_override in lua/prelude.lua.
+        for o in [
+            "+1 5 1000 5 t",
+            "1 5 +1000 5 t",
+            "1 5 1000 5",
+            "1 5 1000 5 ",
+            "1 5 1000 5 t\n",
+            "1 5 1000 5 t\n\n1 5 1000 5 u",
+            "1 5 1000 5 t\n1 5 1000 5 t",
+            "1 5 1000 5 a\"b",
+            "4 5 1000 6 w",
+            "1 4294967295 31536000000 4294967295 t",
+        ] {
+            let reply = [
+                Value::BulkString(o.as_bytes().to_vec()),
+                Value::BulkString(Vec::new()),
+                Value::Int(1),
+            ];
+            let err = parse_config(&reply, "k").unwrap_err();
+            assert!(matches!(err, BackendError::InvalidState(_)), "{o:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_reply_that_is_not_an_array_is_a_script_error() {
+        for v in [Value::Nil, Value::Int(1), Value::Okay] {
+            let err = array(v, "check").unwrap_err();
+            assert!(matches!(err, BackendError::Script(_)), "{err}");
+        }
+        assert_eq!(array(Value::Array(vec![]), "check").unwrap(), vec![]);
     }
 
     #[test]

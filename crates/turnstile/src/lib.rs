@@ -45,6 +45,8 @@
 //!   validates one).
 //! - `redis`: the Redis backend, `turnstile::redis` (the `turnstile-redis` crate): one limit
 //!   for a fleet.
+//! - `redis-tls`: the Redis backend over TLS (`rediss://`, rustls with `ring`): the system
+//!   trust store or a CA file, client certificates for mutual TLS.
 //! - `full`: all of the above.
 //!
 //! # Tracing

@@ -398,3 +398,93 @@ premium = ["fixed-window:limit=3,period=1h,name=per-user"]
         ]
     );
 }
+
+#[test]
+fn tls_files_come_from_the_backend_table() {
+    let text = r#"
+policies = ["gcra:limit=5,period=1s"]
+[backend]
+url = "rediss://redis.internal:6380"
+tls_ca = "/etc/turnstile/ca.pem"
+tls_cert = "certs/client.pem"
+tls_key = "certs/client.key"
+"#;
+    let config = LayerConfig::from_toml("t.toml", text).unwrap();
+    let b = config.backend();
+    assert_eq!(b.url(), Some("rediss://redis.internal:6380"));
+    assert_eq!(
+        b.tls_ca(),
+        Some(std::path::Path::new("/etc/turnstile/ca.pem"))
+    );
+    assert_eq!(
+        b.tls_client_cert(),
+        Some((
+            std::path::Path::new("certs/client.pem"),
+            std::path::Path::new("certs/client.key")
+        ))
+    );
+    let shown = config.to_string();
+    assert!(
+        shown.contains("backend: redis rediss://redis.internal:6380, TLS CA /etc/turnstile/ca.pem, TLS client certificate certs/client.pem (key certs/client.key)"),
+        "{shown}"
+    );
+    // Without TLS files: none.
+    let plain = LayerConfig::from_toml(
+        "t.toml",
+        "policies = [\"gcra:limit=5,period=1s\"]\n[backend]\nurl = \"rediss://r:6380\"\n",
+    )
+    .unwrap();
+    assert_eq!(plain.backend().tls_ca(), None);
+    assert_eq!(plain.backend().tls_client_cert(), None);
+}
+
+#[test]
+fn tls_misconfigurations_are_named_by_line_and_field() {
+    let head = "policies = [\"gcra:limit=5,period=1s\"]\n[backend]\n";
+    let cases = [
+        (
+            "url = \"rediss://r:6380\"\ntls_key = \"c.key\"\n",
+            "turnstile.toml:4:11: backend.tls_key: tls_key needs tls_cert, the client certificate it belongs to",
+        ),
+        (
+            "url = \"rediss://r:6380\"\ntls_cert = \"c.pem\"\n",
+            "turnstile.toml:4:12: backend.tls_cert: tls_cert needs tls_key, the certificate's private key",
+        ),
+        (
+            "url = \"redis://r:6379\"\ntls_ca = \"ca.pem\"\n",
+            "turnstile.toml:4:10: backend.tls_ca: TLS files need a rediss:// url (TLS) for every node",
+        ),
+        (
+            "tls_cert = \"c.pem\"\ntls_key = \"c.key\"\n",
+            "turnstile.toml:3:12: backend.tls_cert: TLS files need a rediss:// url (TLS) for every node",
+        ),
+        (
+            "url = \"rediss://a:7000,redis://b:7001\"\ntls_ca = \"ca.pem\"\n",
+            "turnstile.toml:4:10: backend.tls_ca: TLS files need a rediss:// url (TLS) for every node",
+        ),
+        (
+            "url = \"rediss://r:6380/#insecure\"\ntls_ca = \"ca.pem\"\n",
+            "turnstile.toml:4:10: backend.tls_ca: the url's #insecure turns certificate verification off",
+        ),
+        (
+            "url = \"rediss://r:6380\"\ntls_ca = \"\"\n",
+            "turnstile.toml:4:10: backend.tls_ca: \"\" is not a file path",
+        ),
+        (
+            "url = \"rediss://r:6380\"\ntls_ca = 3\n",
+            "turnstile.toml:4:10: backend.tls_ca: invalid type: integer `3`, expected a string (file path)",
+        ),
+        (
+            "url = \"rediss://r:6380\"\ntls_crt = \"c.pem\"\n",
+            "turnstile.toml:4:1: backend.tls_crt: unknown field `tls_crt`",
+        ),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|(text, want)| {
+            let got = err(&format!("{head}{text}"));
+            (!got.starts_with(want)).then(|| format!("{text:?}\n got: {got}\nwant: {want}"))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -3,12 +3,17 @@
 //! `loadgen RATE DURATION_MS KEYS HEADER OUT URL [URL...]`
 //!
 //! Sends `RATE` requests per second in all (open loop: a request is sent on schedule whether or
-//! not earlier ones have answered, at most 1024 in flight), for `DURATION_MS`, spread round-robin
-//! over the `URL`s and over `KEYS` client keys sent in the header `HEADER` (`k0` … `k{KEYS-1}`).
-//! Writes one line per request to `OUT`: `SENT_MS KEY STATUS LATENCY_US`, where `SENT_MS` is
-//! the wall-clock send time in ms since the Unix epoch and `STATUS` is the HTTP status, or 0
-//! when the request failed without one (refused connection, or no answer within 5 s). Prints
-//! a one-line summary. Only for loopback targets: every URL must be on 127.0.0.0/8.
+//! not earlier ones have answered, at most 1024 in flight), for `DURATION_MS`, round-robin over
+//! `KEYS` client keys sent in the header `HEADER` (`k0` … `k{KEYS-1}`), each key to every `URL`
+//! in turn (request i: key i mod KEYS, URL (i div KEYS) mod the number of URLs), so every
+//! process behind the URLs decides every key.
+//! Writes one line per request to `OUT`: `SENT_MS KEY STATUS LATENCY_US TARGET HEADERS`, where
+//! `SENT_MS` is the wall-clock send time in ms since the Unix epoch, `STATUS` is the HTTP
+//! status, or 0 when the request failed without one (refused connection, or no answer within
+//! 5 s), `TARGET` is the index of the URL it was sent to (0 for the first), and `HEADERS` is 1
+//! when the answer carried a `RateLimit` header (draft-ietf-httpapi-ratelimit-headers), 0
+//! otherwise (turnstile answers without one when it admits a request failing open). Prints a
+//! one-line summary. Only for loopback targets: every URL must be on 127.0.0.0/8.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -70,7 +75,10 @@ async fn main() {
             break;
         };
         let key = format!("k{}", i as usize % keys);
-        let uri = urls[i as usize % urls.len()].clone();
+        // Each key goes to every URL in turn (with `i % urls.len()`, an even number of keys
+        // would pin each key to one URL, and no two processes would ever share a key).
+        let target = (i as usize / keys) % urls.len();
+        let uri = urls[target].clone();
         let header = header.clone();
         let client = client.clone();
         handles.push(tokio::spawn(async move {
@@ -82,16 +90,26 @@ async fn main() {
             let req = http::Request::get(uri)
                 .header(header.as_str(), key.as_str())
                 .body(Empty::<Bytes>::new());
-            let status = match req {
+            let (status, headers) = match req {
                 Ok(req) => {
                     match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
-                        Ok(Ok(res)) => res.status().as_u16(),
-                        _ => 0,
+                        Ok(Ok(res)) => (
+                            res.status().as_u16(),
+                            u8::from(res.headers().contains_key("ratelimit")),
+                        ),
+                        _ => (0, 0),
                     }
                 }
-                Err(_) => 0,
+                Err(_) => (0, 0),
             };
-            (sent_ms, key, status, t0.elapsed().as_micros())
+            (
+                sent_ms,
+                key,
+                status,
+                t0.elapsed().as_micros(),
+                target,
+                headers,
+            )
         }));
     }
     let mut out = match std::fs::File::create(&out_path) {
@@ -103,7 +121,7 @@ async fn main() {
     };
     let (mut ok, mut denied, mut other) = (0u64, 0u64, 0u64);
     for h in handles {
-        let Ok((sent, key, status, us)) = h.await else {
+        let Ok((sent, key, status, us, target, headers)) = h.await else {
             continue;
         };
         match status {
@@ -111,7 +129,7 @@ async fn main() {
             429 => denied += 1,
             _ => other += 1,
         }
-        if writeln!(out, "{sent} {key} {status} {us}").is_err() {
+        if writeln!(out, "{sent} {key} {status} {us} {target} {headers}").is_err() {
             eprintln!("loadgen: cannot write {out_path}");
             std::process::exit(1);
         }

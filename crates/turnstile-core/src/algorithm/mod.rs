@@ -427,6 +427,8 @@ pub(crate) fn eval_all<'s>(
 ///   previous one, else the key starts fresh;
 /// - sliding log → sliding log: the log carries over as it is; the new limit and period
 ///   apply to it (a count above a lowered limit reports `remaining` 0 until entries expire);
+///   a log whose entries all expired under the old period is a fresh key's (its
+///   `reset_after` elapsed), even where a longer new period would make them live again;
 /// - anything else (another kind of algorithm): the key starts fresh.
 pub fn carry_over(from: &Policy, to: &Policy, state: &State, t_ms: u64) -> State {
     let now = t_ms.max(state.updated_ms);
@@ -438,7 +440,9 @@ pub fn carry_over(from: &Policy, to: &Policy, state: &State, t_ms: u64) -> State
         (Algorithm::SlidingWindow, Algorithm::SlidingWindow) => {
             sliding_window::carry_over(from, to, state, now)
         }
-        (Algorithm::SlidingLog, Algorithm::SlidingLog) => sliding_log::carry_over(state),
+        (Algorithm::SlidingLog, Algorithm::SlidingLog) => {
+            sliding_log::carry_over(from.period_ms(), state, now)
+        }
         _ => State::fresh_at(now),
     }
 }

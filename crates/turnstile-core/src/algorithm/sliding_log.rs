@@ -93,9 +93,17 @@ pub(super) fn append(kind: Kind, now: u64, period_ms: u64, cost: u64) -> Kind {
 }
 
 /// Carry-over from sliding log to sliding log: the log carries over as it is; the new limit
-/// and period apply to it.
-pub(super) fn carry_over(state: &State) -> State {
-    state.clone()
+/// and period apply to it. A log whose every entry expired under the old period `from_ms`
+/// (its `reset_after` elapsed) is a fresh key's, whether or not it was dropped yet: a longer
+/// new period never revives it.
+pub(super) fn carry_over(from_ms: u64, state: &State, now: u64) -> State {
+    let Kind::Log(log) = &state.kind else {
+        return State::fresh_at(now);
+    };
+    match log.entries.back() {
+        Some(&(at, _)) if u128::from(at) + u128::from(from_ms) > u128::from(now) => state.clone(),
+        _ => State::fresh_at(now),
+    }
 }
 
 /// Refund of a sliding log state: the newest live entries shrink first (and go when they
@@ -126,11 +134,38 @@ pub(super) fn refund(policy: &Policy, state: &mut State, now: u64, cost: u64) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::super::{check, State};
     use crate::policy::Policy;
 
     fn policy(s: &str) -> Policy {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_log_whose_entries_all_expired_is_not_revived_by_a_longer_period() {
+        // Found by the Redis parity trace at the bounds: a log written under a short period,
+        // all expired, came back to life under a longer one where the key had not been
+        // dropped yet, though its reset_after had elapsed (a fresh key, by definition).
+        let short = policy("sliding-log:limit=1,period=1s");
+        let long = policy("sliding-log:limit=1,period=10s");
+        let mut s = State::new();
+        assert!(check(&short, &mut s, 0, 1).allowed());
+        // At 999 ms the entry is live under either period: it carries over.
+        let mut carried = super::super::carry_over(&short, &long, &s, 999);
+        let d = check(&long, &mut carried, 999, 1);
+        assert_eq!(
+            (d.allowed(), d.retry_after()),
+            (false, Some(Duration::from_millis(9_001)))
+        );
+        // At 1000 ms it expired under the old period: the key is fresh.
+        let mut fresh = super::super::carry_over(&short, &long, &s, 1_000);
+        let d = check(&long, &mut fresh, 1_000, 1);
+        assert_eq!(
+            (d.allowed(), d.remaining(), d.reset_after()),
+            (true, 0, Duration::from_secs(10))
+        );
     }
 
     #[test]

@@ -864,19 +864,8 @@ fn lock_contended(shard: &SpinMutex<Shard>) -> SpinMutexGuard<'_, Shard> {
 mod tests {
     use super::*;
     use crate::backend::Quotas;
-    use std::future::Future;
+    use crate::test_util::now;
 
-    /// The output of a future that is ready at once (every in-memory operation).
-    fn now<F: Future>(f: F) -> F::Output {
-        let mut f = std::pin::pin!(f);
-        match f
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-        {
-            std::task::Poll::Ready(v) => v,
-            std::task::Poll::Pending => unreachable!("in-memory operations are ready at once"),
-        }
-    }
     use crate::clock::ManualClock;
     use std::time::Duration;
 

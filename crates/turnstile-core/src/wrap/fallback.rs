@@ -81,9 +81,11 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 /// with a share s of each policy's capacity ([`Fallback::with_local_share`], default 1:
 /// the whole capacity). Per key and process, an outage so admits at most r + what the policy
 /// refills over the outage (a known key) or s·capacity + the refill (an unknown key); a fleet
-/// of N processes at most N times that. The learned answers are bounded by the local key cap.
-/// A wrapped backend that is itself local ([`Backend::is_local`]) is never stood in for.
-/// Decisions made locally are marked [`Origin::Fallback`].
+/// of N processes at most N times that. A key's outage lasts from its first check the
+/// fallback decides to the wrapped backend's next answer for that key; answers for other
+/// keys (another Cluster master's) do not start it over. The learned answers are bounded by
+/// the local key cap. A wrapped backend that is itself local ([`Backend::is_local`]) is
+/// never stood in for. Decisions made locally are marked [`Origin::Fallback`].
 ///
 /// One incident logs one pair of lines (`tracing`): a warning when the first check sent
 /// while the backend was healthy fails, and a recovery when the backend itself answers a
@@ -117,9 +119,6 @@ struct Shared<C> {
     policy: FailurePolicy,
     /// When an incident starts and ends; which bad keys to log.
     log: IncidentLog,
-    /// Incidents opened so far: the current one's number (the keys' local state is primed
-    /// from the learned answers once per incident).
-    incidents: AtomicU64,
     decisions: AtomicU64,
     learned: Learned,
 }
@@ -176,7 +175,6 @@ impl<B, C> Fallback<B, C> {
                 local,
                 policy,
                 log: IncidentLog::new(),
-                incidents: AtomicU64::new(0),
                 decisions: AtomicU64::new(0),
                 learned: Learned::new(max_keys, unknown.ppm()),
             }),
@@ -292,7 +290,6 @@ impl<C: Clock> Retry<C> {
                 );
             }
         } else if s.log.failed(self.ticket) {
-            s.incidents.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
             metrics::counter!(names::FALLBACK_ACTIVATIONS_TOTAL, names::LABEL_KIND => error.kind())
                 .increment(1);
@@ -303,9 +300,7 @@ impl<C: Clock> Retry<C> {
             );
         }
         s.decisions.fetch_add(1, Ordering::Relaxed);
-        let incident = s.incidents.load(Ordering::Relaxed);
-        s.learned
-            .prime(&s.local, &self.key, &self.limits, incident, now);
+        s.learned.prime(&s.local, &self.key, &self.limits, now);
         #[cfg(feature = "metrics")]
         metrics::counter!(names::FALLBACK_DECISIONS_TOTAL).increment(1);
         let ready: Ready<CheckResult> =

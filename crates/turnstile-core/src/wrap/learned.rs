@@ -18,23 +18,13 @@ const SHARDS: usize = 16;
 type Shard = HashMap<Box<str>, Seen>;
 
 /// The last answer the backend gave for one key: each policy's `remaining` at `at_ms`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Seen {
     at_ms: u64,
     remaining: Vec<(Policy, u64)>,
-    /// The incident in which the local state of this key was last primed (`u64::MAX`:
-    /// never).
-    primed_in: u64,
-}
-
-impl Default for Seen {
-    fn default() -> Self {
-        Seen {
-            at_ms: 0,
-            remaining: Vec::new(),
-            primed_in: u64::MAX,
-        }
-    }
+    /// Whether the local state of this key was primed since that answer: the key's outage
+    /// goes on, and what the local backend holds for it is the outage's own count.
+    primed: bool,
 }
 
 /// Per key, the backend's last answer; bounded (`max` keys over all shards).
@@ -88,6 +78,8 @@ impl Learned {
         }
         let seen = shard.entry(Box::from(key)).or_default();
         seen.at_ms = at_ms;
+        // A new answer: the key's next outage starts from it.
+        seen.primed = false;
         seen.remaining.clear();
         seen.remaining.extend(
             decision
@@ -97,16 +89,18 @@ impl Learned {
         );
     }
 
-    /// Before `local` decides `key` for the first time in incident `incident`: its local
-    /// state is set to what the backend last said (each policy's `remaining` at that time,
-    /// refilling from there at the policy's own rate), or, for a key the backend never
-    /// answered for, to the unknown share of each policy's capacity, at `now_ms`.
+    /// Before `local` decides `key` for the first time since the backend's last answer for
+    /// it (the first local decision of the key's outage): its local state is set to what the
+    /// backend last said (each policy's `remaining` at that time, refilling from there at the
+    /// policy's own rate), or, for a key the backend never answered for, to the unknown share
+    /// of each policy's capacity, at `now_ms`. Later local decisions of the same outage
+    /// count on from there, however often other keys' answers end and begin incidents in
+    /// between (a Cluster with one master down answers for every other master's keys).
     pub(super) fn prime<C: Clock>(
         &self,
         local: &MemoryBackend<C>,
         key: &str,
         limits: &Limits,
-        incident: u64,
         now_ms: u64,
     ) {
         let mut shard = self.shard(key);
@@ -116,11 +110,11 @@ impl Learned {
             }
         }
         let seen = shard.entry(Box::from(key)).or_default();
-        if seen.primed_in == incident {
+        if seen.primed {
             return;
         }
-        seen.primed_in = incident;
-        // Whatever an earlier incident left locally is stale.
+        seen.primed = true;
+        // Whatever an earlier outage left locally is stale: the backend answered since.
         forget(local, key, limits, now_ms);
         if seen.remaining.is_empty() {
             for p in limits.defaults() {

@@ -1,6 +1,6 @@
 //! The wrappers, on the in-memory backend alone.
 
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +12,7 @@ use crate::failure::FailurePolicy;
 use crate::memory::MemoryBackend;
 use crate::policy::Policy;
 use crate::quota::Limits;
-
-/// The output of a future that is ready at once.
-fn now<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => unreachable!("every backend here answers at once"),
-    }
-}
+use crate::test_util::now;
 
 /// A remote-looking backend over memory that fails with `error` while `down` is set.
 #[derive(Clone)]
@@ -478,4 +467,81 @@ fn deny_cache_answers_random_multi_policy_traces_field_for_field_as_the_backend(
         }
     }
     assert!(compared > 40_000);
+}
+
+/// A remote-looking backend over memory whose keys starting with `dead` fail while `down` is
+/// set, as the keys of one dead Cluster master do while the other masters answer.
+#[derive(Clone)]
+struct OneMasterDown(Flaky);
+
+impl Backend for OneMasterDown {
+    type Future = Ready<CheckResult>;
+
+    fn check_limits(
+        &self,
+        key: &str,
+        limits: &Limits,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) -> Self::Future {
+        if key.starts_with("dead") && self.0.down.load(Ordering::Relaxed) {
+            return ready(Err((self.0.error)()));
+        }
+        self.0.inner.check_limits(key, limits, cost, now_ms)
+    }
+}
+
+#[test]
+fn fallback_keeps_counting_a_dead_masters_keys_while_other_masters_answer() {
+    // Chaos run, Cluster master kill under `local`: every answer for a key of a live master
+    // ended the incident and the next failure began a new one, which primed the dead
+    // master's keys afresh from the backend's last answer: they were admitted without limit
+    // (each process took every request, 50 a second against a limit of 30).
+    let clock = ManualClock::new(0);
+    let window = limits("fixed-window:limit=3,period=1h");
+    let remote = OneMasterDown(Flaky::new(&clock, unreachable_redis));
+    let local = MemoryBackend::builder().clock(clock.clone()).build();
+    let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, local);
+    // Learned: 1 used, 2 left for the known key; the unknown one starts with all 3.
+    assert!(now(fb.check_limits("dead-known", &window, 1, None))
+        .unwrap()
+        .allowed());
+    remote.0.down.store(true, Ordering::Relaxed);
+    let (mut known, mut unknown) = (0, 0);
+    for _ in 0..10 {
+        known += usize::from(
+            now(fb.check_limits("dead-known", &window, 1, None))
+                .unwrap()
+                .allowed(),
+        );
+        unknown += usize::from(
+            now(fb.check_limits("dead-unknown", &window, 1, None))
+                .unwrap()
+                .allowed(),
+        );
+        // A live master's key answers: the incident ends, the next failure opens another.
+        assert!(now(fb.check_limits("alive", &window, 0, None))
+            .unwrap()
+            .allowed());
+    }
+    assert_eq!((known, unknown), (2, 3));
+    assert_eq!(fb.local_decisions(), 20);
+
+    // The dead master's replica takes over with the state it replicated (1 used): an
+    // answer for the key ends its outage; a later outage starts from that answer.
+    remote.0.down.store(false, Ordering::Relaxed);
+    let d = now(fb.check_limits("dead-known", &window, 1, None)).unwrap();
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 1);
+    remote.0.down.store(true, Ordering::Relaxed);
+    let admitted = (0..10)
+        .filter(|_| {
+            let a = now(fb.check_limits("dead-known", &window, 1, None))
+                .unwrap()
+                .allowed();
+            now(fb.check_limits("alive", &window, 0, None)).unwrap();
+            a
+        })
+        .count();
+    assert_eq!(admitted, 1);
 }

@@ -1,5 +1,6 @@
 //! [`BackendConfig`]: the file's `[backend]` table.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use turnstile_core::FailurePolicy;
@@ -16,6 +17,12 @@ use turnstile_core::FailurePolicy;
 /// | `timeout` | the Redis call timeout, a duration | the Redis backend's, `100ms` |
 /// | `failure` | `local`, `open` or `closed` ([`FailurePolicy`]) | `local` |
 /// | `max_keys` | the in-memory backend's cap on tracked keys | none |
+/// | `tls_ca` | with a `rediss://` url: a PEM file of the CA certificate(s) that verify the server, in place of the system trust store | the system trust store |
+/// | `tls_cert`, `tls_key` | with a `rediss://` url: PEM files of the client certificate (chain) and its private key, for mutual TLS; one needs the other | none |
+///
+/// File paths are used as written: a relative path is relative to the service's working
+/// directory. The files are read when the Redis backend is built
+/// (`RedisBackendBuilder::tls_ca_file`, `tls_client_cert`), not here.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendConfig {
     pub(super) url: Option<String>,
@@ -23,6 +30,8 @@ pub struct BackendConfig {
     pub(super) timeout: Option<Duration>,
     pub(super) failure: Option<FailurePolicy>,
     pub(super) max_keys: Option<usize>,
+    pub(super) tls_ca: Option<PathBuf>,
+    pub(super) tls_client: Option<(PathBuf, PathBuf)>,
 }
 
 impl BackendConfig {
@@ -54,5 +63,19 @@ impl BackendConfig {
     /// The in-memory backend's key cap, if the file sets one.
     pub fn max_keys(&self) -> Option<usize> {
         self.max_keys
+    }
+
+    /// The PEM file of the CA certificate(s) that verify a `rediss://` server, if the file
+    /// sets one (`tls_ca`).
+    pub fn tls_ca(&self) -> Option<&Path> {
+        self.tls_ca.as_deref()
+    }
+
+    /// The PEM files of the client certificate and its private key for mutual TLS, if the
+    /// file sets them (`tls_cert` and `tls_key`, always together).
+    pub fn tls_client_cert(&self) -> Option<(&Path, &Path)> {
+        self.tls_client
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path()))
     }
 }

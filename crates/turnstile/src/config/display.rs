@@ -100,6 +100,17 @@ impl fmt::Display for LayerConfig {
                         format_duration_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
                     )?;
                 }
+                if let Some(ca) = b.tls_ca() {
+                    write!(f, ", TLS CA {}", ca.display())?;
+                }
+                if let Some((cert, key)) = b.tls_client_cert() {
+                    write!(
+                        f,
+                        ", TLS client certificate {} (key {})",
+                        cert.display(),
+                        key.display()
+                    )?;
+                }
                 writeln!(f)?;
             }
             None => match b.max_keys() {

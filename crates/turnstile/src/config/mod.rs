@@ -46,7 +46,7 @@
 //! | `[tiers]` | `NAME = [policies...]`: the policies of each tier | none |
 //! | `tier_header` | a header whose value names each request's tier (one of `[tiers]`; absent, empty or naming no tier: the rule's policies). A key's stored override or tier still wins (see [`RequestTier`](crate::RequestTier)). Trust it only from a gateway that sets or strips it: a client could otherwise pick its own tier | none |
 //! | `[[rules]]` | rules, tried in order; the first that matches applies | none |
-//! | `[backend]` | where state lives (see [`BackendConfig`]): `url`, `prefix`, `timeout`, `failure`, `max_keys` | in memory |
+//! | `[backend]` | where state lives (see [`BackendConfig`]): `url`, `prefix`, `timeout`, `failure`, `max_keys`, `tls_ca`, `tls_cert`, `tls_key` | in memory |
 //!
 //! A rule: `name`, `methods` (`["GET", "HEAD"]`), `path` (exact) or `path_prefix`
 //! (segment-wise), `grpc_service` (`helloworld.Greeter`) or `grpc_method`

@@ -69,6 +69,9 @@ pub(super) struct RawBackend {
     pub(super) timeout: Option<Timeout>,
     pub(super) failure: Option<RawFailure>,
     pub(super) max_keys: Option<MaxKeys>,
+    pub(super) tls_ca: Option<Spanned<FilePath>>,
+    pub(super) tls_cert: Option<Spanned<FilePath>>,
+    pub(super) tls_key: Option<Spanned<FilePath>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -280,6 +283,17 @@ parsed!(RedisUrl(String) from String, "URL", |s| {
             "{s:?} is not a Redis URL (redis://host:port, rediss:// for TLS, several comma-separated for a Cluster)"
         ))
     }
+});
+
+/// A file's path: not empty, no NUL. Read by whoever uses it (the Redis backend's builder
+/// reads the TLS files), relative to the process's working directory.
+pub(super) struct FilePath(pub(super) std::path::PathBuf);
+parsed!(FilePath(std::path::PathBuf) from String, "file path", |s| if s.is_empty()
+    || s.contains('\0')
+{
+    Err(format!("{s:?} is not a file path"))
+} else {
+    Ok(s.into())
 });
 
 /// A Redis key prefix: not empty, no braces.

@@ -118,6 +118,72 @@ impl Validator<'_> {
         )
     }
 
+    /// The `[backend]` table; the TLS files go together with a `rediss://` url.
+    fn backend(&self, b: raw::RawBackend) -> Result<BackendConfig, ConfigFileError> {
+        let url = b.url.map(|u| u.0);
+        let tls = [
+            ("backend.tls_ca", &b.tls_ca),
+            ("backend.tls_cert", &b.tls_cert),
+            ("backend.tls_key", &b.tls_key),
+        ];
+        if let Some((field, Some(first))) = tls.iter().find(|(_, v)| v.is_some()) {
+            let all_tls = url.as_deref().is_some_and(|u| {
+                u.split(',').all(|u| {
+                    u.trim()
+                        .get(..9)
+                        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+                })
+            });
+            if !all_tls {
+                return Err(self.span_at(
+                    first,
+                    field,
+                    "TLS files need a rediss:// url (TLS) for every node",
+                ));
+            }
+        }
+        if let (Some(ca), Some(u)) = (&b.tls_ca, &url) {
+            if u.contains("#insecure") {
+                return Err(self.span_at(
+                    ca,
+                    "backend.tls_ca",
+                    "the url's #insecure turns certificate verification off, so tls_ca would not be used: give one or the other",
+                ));
+            }
+        }
+        let tls_client = match (b.tls_cert, b.tls_key) {
+            (Some(cert), Some(key)) => Some((cert.into_inner().0, key.into_inner().0)),
+            (None, None) => None,
+            (Some(cert), None) => {
+                return Err(self.span_at(
+                    &cert,
+                    "backend.tls_cert",
+                    "tls_cert needs tls_key, the certificate's private key",
+                ))
+            }
+            (None, Some(key)) => {
+                return Err(self.span_at(
+                    &key,
+                    "backend.tls_key",
+                    "tls_key needs tls_cert, the client certificate it belongs to",
+                ))
+            }
+        };
+        Ok(BackendConfig {
+            url,
+            prefix: b.prefix.map(|p| p.0),
+            timeout: b.timeout.map(|t| t.0),
+            failure: b.failure.map(|f| match f {
+                RawFailure::Local => FailurePolicy::Local,
+                RawFailure::Open => FailurePolicy::Open,
+                RawFailure::Closed => FailurePolicy::Closed,
+            }),
+            max_keys: b.max_keys.map(|m| m.0),
+            tls_ca: b.tls_ca.map(|p| p.into_inner().0),
+            tls_client,
+        })
+    }
+
     fn validate(&self, raw: RawFile) -> Result<LayerConfig, ConfigFileError> {
         let key = self.key(&raw)?;
         // Every policy under the name the layer gives it, with where it was written.
@@ -166,20 +232,10 @@ impl Validator<'_> {
             Some(RawAction::Shadow) => Action::Shadow,
             Some(RawAction::Delay(d)) => Action::delay(d.0),
         };
-        let backend = raw
-            .backend
-            .map(|b| BackendConfig {
-                url: b.url.map(|u| u.0),
-                prefix: b.prefix.map(|p| p.0),
-                timeout: b.timeout.map(|t| t.0),
-                failure: b.failure.map(|f| match f {
-                    RawFailure::Local => FailurePolicy::Local,
-                    RawFailure::Open => FailurePolicy::Open,
-                    RawFailure::Closed => FailurePolicy::Closed,
-                }),
-                max_keys: b.max_keys.map(|m| m.0),
-            })
-            .unwrap_or_default();
+        let backend = match raw.backend {
+            Some(b) => self.backend(b)?,
+            None => BackendConfig::default(),
+        };
         let config = LayerConfig {
             key: key.0,
             trusted_proxies: key.1,

@@ -1,0 +1,45 @@
+//! [`InvalidRedisConfig`]: why a Redis backend could not be built.
+
+use std::fmt;
+
+/// Why a [`RedisBackend`](crate::RedisBackend) could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InvalidRedisConfig {
+    /// The URL did not parse (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS,
+    /// several comma-separated URLs for a Cluster,
+    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]` for
+    /// Sentinel, with the `sentinel` feature).
+    Url(String),
+    /// The prefix was empty or held `{` or `}` (it must not start a Cluster hash tag).
+    Prefix(String),
+    /// The failure threshold was 0 (see [`RedisBackendBuilder::failure_threshold`](crate::RedisBackendBuilder::failure_threshold)).
+    FailureThreshold(u32),
+    /// The TLS settings cannot work: a `rediss://` URL without the `tls` feature; a CA file
+    /// or client certificate without a `rediss://` URL (Sentinel URLs included: TLS through
+    /// Sentinel is not supported); `rediss://` and `redis://` nodes mixed; a CA file with
+    /// `#insecure`; a file that cannot be read, holds no certificate (or no private key), is
+    /// not valid PEM (RFC 7468) or DER (RFC 5280); a key that does not belong to its
+    /// certificate; a system trust store that cannot be read, or is empty when no CA file is
+    /// given.
+    Tls(String),
+}
+
+impl fmt::Display for InvalidRedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidRedisConfig::Url(e) => write!(f, "invalid Redis URL: {e}"),
+            InvalidRedisConfig::Prefix(p) => write!(
+                f,
+                "invalid key prefix {p:?}: it must be non-empty and hold no '{{' or '}}'"
+            ),
+            InvalidRedisConfig::FailureThreshold(n) => write!(
+                f,
+                "invalid failure threshold {n}: a node counts as down after at least 1 failed round"
+            ),
+            InvalidRedisConfig::Tls(e) => write!(f, "invalid Redis TLS settings: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for InvalidRedisConfig {}

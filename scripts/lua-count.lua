@@ -1,0 +1,53 @@
+-- Deterministic per-call work of a Redis script, for comparing script versions on a loaded
+-- machine (Redis CPU time per call is not steady there): the Lua VM instructions and the
+-- function calls the script itself makes per call, counted with debug.sethook in stock Lua
+-- 5.1 (Redis's Lua version), with an in-memory mock of redis.call/pcall (TIME, GET, SET,
+-- PEXPIRE, HMGET of an absent hash) whose own work is left out. It does not count what the
+-- Redis commands or the reply's conversion cost: it complements INFO commandstats, never
+-- replaces it. "__rand_int__" in KEY and ARGS is replaced by one of 100 keys, in turn.
+--
+-- usage: lua5.1 scripts/lua-count.lua SCRIPT CALLS KEY ARGS...   ('' for an empty argument)
+-- e.g.   redis_bench script > /tmp/check.lua
+--        lua5.1 scripts/lua-count.lua /tmp/check.lua 2000 'turnstile:v1:{k__rand_int__}~cfg' \
+--          "''" 1 0 defaults check 'turnstile:v1:{k__rand_int__}' 1 "''" 1 1.1.1000.1000000000 p
+local path, calls = arg[1], tonumber(arg[2])
+local src = io.open(path):read('*a')
+local db, clock = {}, 1796058000000000
+redis = {}
+local function cmd(name, ...)
+  local a = {...}; name = string.upper(name)
+  if name == 'TIME' then clock = clock + 1000; return {tostring(math.floor(clock / 1e6)), tostring(clock % 1e6)} end
+  if name == 'GET' then local v = db[a[1]]; if v == nil then return false end; return v end
+  if name == 'SET' then db[a[1]] = tostring(a[2]); return {ok = 'OK'} end
+  if name == 'PEXPIRE' then return 1 end
+  if name == 'HMGET' then local r = {}; for i = 2, #a do r[i - 1] = false end; return r end
+  error('unmocked ' .. name)
+end
+redis.call = cmd
+redis.pcall = cmd
+redis.error_reply = function(m) return {err = m} end
+KEYS = {arg[3]}
+local base = {}
+for i = 4, #arg do base[#base + 1] = (arg[i] == "''") and '' or arg[i] end
+local f = assert(loadstring(src))
+local n, c = 0, 0
+local function run(k)
+  KEYS[1] = (string.gsub(arg[3], '__rand_int__', k))
+  ARGV = {}
+  for i, v in ipairs(base) do ARGV[i] = (string.gsub(v, '__rand_int__', k)) end
+  return f()
+end
+for i = 1, 100 do run(string.format('%012d', i % 100)) end
+-- Only the script's own work counts: instructions and calls made from the mock (and from
+-- this harness) are left out.
+local getinfo = debug.getinfo
+debug.sethook(function(e)
+  local i = getinfo(2, 'S')
+  if i and i.source ~= '@' .. arg[0] then
+    if e == 'count' then n = n + 1 else c = c + 1 end
+  end
+end, 'c', 1)
+for i = 1, calls do run(string.format('%012d', i % 100)) end
+debug.sethook()
+local r = run('x')
+print(string.format('%s: %.0f VM instructions, %.1f calls per call; reply[1..8]=%s', path:match('[^/]+$'), n / calls, c / calls, table.concat({tostring(r[1]), tostring(r[2]), tostring(r[3] or ''), tostring(r[4] or ''), tostring(r[5] or ''), tostring(r[6] or ''), tostring(r[10] or '')}, ',')))
