@@ -15,7 +15,7 @@ use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use spin::mutex::{SpinMutex, SpinMutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 use foldhash::fast::RandomState;
 
@@ -122,9 +122,16 @@ struct Inner<C> {
 /// One shard and, outside its lock, a copy of its expiry bound for checks that look at other
 /// shards without locking them. Two cache lines of its own: threads working in neighbouring
 /// shards never write to one line.
+///
+/// The lock is `parking_lot`'s: one compare-and-swap to take it and one to release it while
+/// uncontended; a thread that finds it taken spins briefly, then yields, then sleeps until
+/// woken, and the lock is handed over fairly now and then, so no waiter starves. A shard is
+/// held for well under a microsecond and never across an `.await`, a system call or a
+/// callback, so no lock order can deadlock: a check holds one shard, and the sweeps that
+/// look at other shards while holding one only `try_lock` them.
 #[repr(align(128))]
 struct ShardCell {
-    shard: SpinMutex<Shard>,
+    shard: Mutex<Shard>,
     /// [`Shard::bound`], per time base (clock, explicit).
     bound: [AtomicU64; 2],
 }
@@ -132,7 +139,7 @@ struct ShardCell {
 impl ShardCell {
     fn new() -> Self {
         ShardCell {
-            shard: SpinMutex::new(Shard::new()),
+            shard: Mutex::new(Shard::new()),
             bound: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
         }
     }
@@ -165,8 +172,11 @@ impl MemoryBackend<SystemClock> {
         Self::builder().build()
     }
 
-    /// A builder, starting from the system clock, no key cap and 64 shards.
+    /// A builder, starting from the system clock, no key cap and 64 shards. Reads the system
+    /// clock once, so that its one-time calibration (see [`SystemClock`]) happens here
+    /// rather than in the first check.
     pub fn builder() -> MemoryBackendBuilder<SystemClock> {
+        SystemClock.now_ms();
         MemoryBackendBuilder {
             clock: SystemClock,
             max_keys: None,
@@ -278,7 +288,7 @@ impl<C> MemoryBackend<C> {
         self.sweep_elsewhere(now);
         let at = Lookup::new(&self.inner.hasher, key);
         let cell = self.cell(at.hash);
-        let mut shard = lock(&cell.shard);
+        let mut shard = cell.shard.lock();
         let shard = &mut *shard;
         if shard.due(now) {
             self.sweep(cell, shard, now, SWEEP_PER_CHECK);
@@ -588,10 +598,10 @@ impl<C> MemoryBackend<C> {
     }
 
     /// Locks the shard of `key`; returns its cell and the key's lookup.
-    fn shard<'k>(&self, key: &'k str) -> (&ShardCell, SpinMutexGuard<'_, Shard>, Lookup<'k>) {
+    fn shard<'k>(&self, key: &'k str) -> (&ShardCell, MutexGuard<'_, Shard>, Lookup<'k>) {
         let at = Lookup::new(&self.inner.hasher, key);
         let cell = self.cell(at.hash);
-        (cell, lock(&cell.shard), at)
+        (cell, cell.shard.lock(), at)
     }
 
     /// The index of the entry of `at`, inserted (within the key cap) if missing.
@@ -809,55 +819,6 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 fn keys_gauge(_delta: f64) {
     #[cfg(feature = "metrics")]
     metrics::gauge!(crate::metric_names::MEMORY_KEYS).increment(_delta);
-}
-
-/// Locks a shard.
-///
-/// A shard is held for a few dozen nanoseconds (a lookup and a decision, never a
-/// system call or an allocation but a new key's), so its lock is a spin lock: one
-/// compare-and-swap to take it and a plain store to release it, where a mutex that can
-/// put waiters to sleep must swap on release to find them and wake them with a system call
-/// — which, on one hot key, costs more than the checks themselves. A thread that finds the
-/// shard taken waits as [`lock_contended`] says.
-#[inline]
-fn lock(shard: &SpinMutex<Shard>) -> SpinMutexGuard<'_, Shard> {
-    match shard.try_lock() {
-        Some(guard) => guard,
-        None => lock_contended(shard),
-    }
-}
-
-/// [`lock_contended`] waits 2^FIRST_WAIT spin-loop hints before its first look at the
-/// lock, twice as long before each next look up to 2^LAST_WAIT (a few microseconds), then
-/// yields the CPU between looks.
-const FIRST_WAIT: u32 = 2;
-const LAST_WAIT: u32 = 12;
-const WAITS_BEFORE_YIELDING: u32 = 16;
-
-/// [`lock`] when the shard is taken. A waiter looks at the lock seldom, and longer apart
-/// each time: every look pulls the lock's cache line away from the holder, whose next
-/// check then waits for it. So under contention the holder gets runs of checks at full
-/// speed and the shard changes hands rarely — more checks per second in all than strict
-/// turns, at the cost of a few microseconds' wait for the thread that lost the race. After
-/// a while it yields the CPU between looks instead (the holder may have been preempted).
-#[cold]
-fn lock_contended(shard: &SpinMutex<Shard>) -> SpinMutexGuard<'_, Shard> {
-    let mut waits = 0u32;
-    loop {
-        if waits < WAITS_BEFORE_YIELDING {
-            for _ in 0..1u32 << (FIRST_WAIT + waits).min(LAST_WAIT) {
-                std::hint::spin_loop();
-            }
-            waits += 1;
-        } else {
-            std::thread::yield_now();
-        }
-        if !shard.is_locked() {
-            if let Some(guard) = shard.try_lock() {
-                return guard;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

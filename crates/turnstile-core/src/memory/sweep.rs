@@ -201,7 +201,7 @@ impl<C> MemoryBackend<C> {
         let hasher = &self.inner.hasher;
         let mut dropped = 0;
         for cell in self.inner.shards.iter() {
-            let mut shard = super::lock(&cell.shard);
+            let mut shard = cell.shard.lock();
             let shard = &mut *shard;
             let Shard {
                 table, policies, ..
