@@ -349,23 +349,32 @@ impl<C> MemoryBackend<C> {
                 let Some(new_tag) = Tag::new(id, w.kind, now.explicit) else {
                     break 'fast;
                 };
-                // The exact expiry (a division) only when it may lower the bound.
-                let floor = fast::expires_no_earlier_than(f.now, f.debt, limit);
-                let expires_ms = if floor < shard.round_min[usize::from(now.explicit)] {
-                    fast::expires_at(f.now, f.debt, limit)
-                } else {
-                    floor
-                };
                 match index.and_then(|i| shard.table.get_mut(i)) {
-                    // The packed state in place (no new head to drop the old one for).
+                    // The packed state in place (no new head to drop the old one for). An
+                    // admission never brings a bucket's expiry forward (it is the last update
+                    // plus the debt's time then, and the debt grows by the cost), so the
+                    // shard's bounds still hold: the sweep's round has seen the entry's old
+                    // expiry or will see the new one. Only a key moving to the other time
+                    // base is noted.
                     Some(Entry {
                         head: Head::One { tag, c, a, b },
                         ..
                     }) => {
+                        let moved = tag.explicit() != now.explicit;
                         (*tag, *c, *a, *b) = (new_tag, w.c, w.a, w.b);
-                        shard.note(cell, expires_ms, now.explicit);
+                        if moved {
+                            let expires_ms = fast::expires_at(f.now, f.debt, limit);
+                            shard.note(cell, expires_ms, now.explicit);
+                        }
                     }
                     _ => {
+                        // The exact expiry (a division) only when it may lower the bound.
+                        let floor = fast::expires_no_earlier_than(f.now, f.debt, limit);
+                        let expires_ms = if floor < shard.round_min[usize::from(now.explicit)] {
+                            fast::expires_at(f.now, f.debt, limit)
+                        } else {
+                            floor
+                        };
                         let head = Head::One {
                             tag: new_tag,
                             c: w.c,
@@ -1114,6 +1123,54 @@ mod tests {
                 }
             });
             assert_eq!(admitted.load(Ordering::Relaxed), 100, "{alg}");
+        }
+    }
+
+    /// Every shard's expiry bounds are at most the expiry of each of its entries, on the
+    /// entry's time base: the sweep never skips a shard holding an expired key.
+    fn assert_bounds_hold<C>(b: &MemoryBackend<C>) {
+        for cell in b.inner.shards.iter() {
+            let shard = cell.shard.lock();
+            for e in shard.table.entries() {
+                let base = usize::from(e.head.explicit());
+                let expires_ms = e.head.expires_ms(&shard.policies);
+                assert!(shard.bound[base] <= expires_ms, "{base}: {expires_ms}");
+                assert!(cell.bound[base].load(Ordering::Relaxed) <= expires_ms);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn expiry_bounds_stay_below_every_entry(
+            steps in proptest::collection::vec(
+                (0u8..6, 0u64..3_000, 0u64..4, proptest::bool::ANY, 0usize..4),
+                1..150,
+            ),
+        ) {
+            let pols = [
+                p("token-bucket:limit=3,period=1s"),
+                p("gcra:limit=5,period=2s,burst=2"),
+                p("leaky-bucket:limit=2,period=500ms"),
+                p("fixed-window:limit=4,period=1s"),
+            ];
+            let clock = ManualClock::new(1_000_000);
+            let b = MemoryBackend::builder().clock(clock.clone()).shards(2).build();
+            let mut t = 1_000_000u64;
+            for (key, dt, cost, explicit, pol) in steps {
+                // Mostly forward, sometimes back (a clock that steps back).
+                t = if dt % 5 == 0 { t - dt } else { t + dt };
+                clock.set_ms(t);
+                let key = format!("k{key}");
+                let one = std::slice::from_ref(&pols[pol]);
+                let d = if explicit {
+                    b.check_at(&key, one, cost, t).into_inner()
+                } else {
+                    b.check(&key, one, cost).into_inner()
+                };
+                proptest::prop_assert!(d.is_ok());
+                assert_bounds_hold(&b);
+            }
         }
     }
 
