@@ -422,8 +422,13 @@ impl<C> MemoryBackend<C> {
         match index.and_then(|i| shard.table.get_mut(i)) {
             Some(e) => e.head = head,
             None => {
-                self.reserve_key(cell, shard, now)?;
+                // Referred to before the room is made: a sweep that empties the shard drops
+                // the policies nothing refers to, which must not include this one.
                 shard.policies.acquire(id);
+                if let Err(e) = self.reserve_key(cell, shard, now) {
+                    shard.policies.release(id);
+                    return Err(e);
+                }
                 let entry = Entry {
                     key: at.probe.to_key(),
                     head,
@@ -808,6 +813,34 @@ mod tests {
         assert!(b.len() <= 2);
         b.purge_expired(clock.now_ms());
         assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn a_new_key_keeps_its_policy_when_the_cap_sweeps_its_shard_empty() {
+        // At the cap, a new key's check sweeps its whole shard first. When that leaves the
+        // shard empty, the shard drops the policies nothing refers to: never the new key's.
+        for q in [
+            "token-bucket:limit=1,period=1h",
+            "fixed-window:limit=1,period=1h",
+        ] {
+            let b = MemoryBackend::builder().shards(1).max_keys(4).build();
+            let short = [p("gcra:limit=10,period=1s")];
+            for k in ["a1", "a2", "a3"] {
+                assert!(b.check_at(k, &short, 1, 0).into_inner().unwrap().allowed());
+            }
+            // Keys of other threads, in other shards, fill the cap meanwhile (counted only).
+            b.inner.keys.fetch_add(3, Ordering::Relaxed);
+            // The check's own sweep drops two expired keys, the cap's sweep the third.
+            let q = [p(q)];
+            assert!(b
+                .check_at("b", &q, 1, 10_000)
+                .into_inner()
+                .unwrap()
+                .allowed());
+            assert_eq!(b.len(), 4);
+            let again = b.check_at("b", &q, 1, 10_000).into_inner().unwrap();
+            assert!(!again.allowed(), "{q:?}: the key's state was lost");
+        }
     }
 
     #[test]
