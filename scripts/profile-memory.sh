@@ -27,11 +27,18 @@ BIN=$(ls -t "$TARGET"/release/deps/hot_path-* | grep -v '\.d$' | head -1)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-# ir N: total instructions (Ir) of one run of the current case with N decisions per thread.
+# ir N: total instructions (Ir) of one run of the current case with N decisions per thread,
+# less quanta's one-time calibration of the CPU's counter (both contenders' clocks use it;
+# it runs until it converges or 200 ms pass, so its count varies from run to run by more
+# than the decisions' differences: millions of instructions).
 ir() {
   valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$1" "$BIN" "$c" "$k" "$t" "$1" \
     >/dev/null 2>"$OUT/log"
-  awk '/^summary:/ { print $2 }' "$OUT/cg.$1"
+  local total cal
+  total=$(awk '/^summary:/ { print $2 }' "$OUT/cg.$1")
+  cal=$(callgrind_annotate --inclusive=yes --threshold=100 "$OUT/cg.$1" 2>/dev/null |
+    awk '/once_cell::imp::OnceCell<T>::initialize::\{\{closure\}\} \[/ { gsub(",", "", $1); print $1; exit }')
+  echo $((total - ${cal:-0}))
 }
 
 machine

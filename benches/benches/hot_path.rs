@@ -65,6 +65,7 @@ fn main() {
             .expect("a valid policy")]
     };
     let tb = policy(Algorithm::TokenBucket, "tb");
+    let tb_limits = turnstile_core::Limits::new(tb.clone()).expect("one policy");
     let gcra = policy(Algorithm::Gcra, "gcra");
     let backend = MemoryBackend::new();
     let keyed = RateLimiter::keyed(quota);
@@ -77,6 +78,10 @@ fn main() {
                 .is_ok_and(|d| d.allowed()),
             "gcra" => backend
                 .check(k, &gcra, 1)
+                .into_inner()
+                .is_ok_and(|d| d.allowed()),
+            "tb-limits" => backend
+                .check_limits(k, &tb_limits, 1, None)
                 .into_inner()
                 .is_ok_and(|d| d.allowed()),
             "keyed" => keyed.check_key(k).is_ok(),

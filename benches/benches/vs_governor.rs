@@ -14,7 +14,8 @@
 //! same round) and summarised as min / median / max over the rounds.
 //!
 //! Environment: `ROUNDS` (default 5), `ROUND_MS` (time per contender per round, default 300),
-//! `ONLY` (comma-separated contenders to run: `tb`, `gcra`, `keyed`, `direct`; for profiling).
+//! `ONLY` (comma-separated contenders to run: `tb`, `gcra`, `keyed`, `direct`; for profiling),
+//! `CASE` (one case only: `hot-key:1`, `hot-key:2`, `10k-keys:1` or `10k-keys:2`).
 //!
 //! The machine may be shared: each measurement waits (up to `QUIET_WAIT` s, default 5) until
 //! the machine has been below `QUIET_MAX` % (default 10) of one CPU busy for 200 ms, and is
@@ -199,6 +200,9 @@ fn main() {
     );
     for (label, keys) in [("hot-key", &hot), ("10k-keys", &many)] {
         for threads in [1usize, 2] {
+            if std::env::var("CASE").is_ok_and(|c| c != format!("{label}:{threads}")) {
+                continue;
+            }
             let t_tb = MemoryBackend::new();
             let t_gcra = MemoryBackend::new();
             let g_keyed = RateLimiter::keyed(quota);
@@ -305,10 +309,12 @@ fn main() {
     assert!((0..100_000).all(|_| g.check().is_ok()));
 }
 
-/// What each side pays for its clock per decision: turnstile's `SystemClock` (the system's
-/// wall clock, `SystemTime::now`) and governor's default clock (quanta).
+/// What each side pays for its clock per decision: turnstile's `SystemClock` (the wall
+/// clock extrapolated by the CPU's counter, through quanta) and governor's default clock
+/// (quanta). Both after their one-time calibration (the first reading).
 fn clock_costs() {
     const N: u32 = 2_000_000;
+    black_box(SystemClock.now_ms());
     let t = Instant::now();
     for _ in 0..N {
         black_box(SystemClock.now_ms());

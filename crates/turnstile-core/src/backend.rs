@@ -116,8 +116,19 @@ pin_project! {
     #[derive(Debug)]
     pub struct Checked<F> {
         #[pin]
-        fut: Option<F>,
-        early: Option<CheckResult>,
+        inner: CheckedInner<F>,
+    }
+}
+
+pin_project! {
+    #[project = CheckedProj]
+    #[project_replace = CheckedReplace]
+    #[derive(Debug)]
+    enum CheckedInner<F> {
+        Pending { #[pin] fut: F },
+        Ready { result: CheckResult },
+        // Polled to completion.
+        Taken,
     }
 }
 
@@ -125,16 +136,15 @@ impl<F> Checked<F> {
     /// A check answered by the backend's future `fut`.
     pub fn pending(fut: F) -> Self {
         Checked {
-            fut: Some(fut),
-            early: None,
+            inner: CheckedInner::Pending { fut },
         }
     }
 
     /// A check answered at once with `result`.
+    #[inline(always)]
     pub fn ready(result: CheckResult) -> Self {
         Checked {
-            fut: None,
-            early: Some(result),
+            inner: CheckedInner::Ready { result },
         }
     }
 }
@@ -142,11 +152,12 @@ impl<F> Checked<F> {
 impl Checked<Ready<CheckResult>> {
     /// The result of a check whose backend answers at once (the in-memory backend), without
     /// polling: `backend.check(..).into_inner()`.
+    #[inline(always)]
     pub fn into_inner(self) -> CheckResult {
-        match (self.early, self.fut) {
-            (Some(r), _) => r,
-            (None, Some(f)) => f.into_inner(),
-            (None, None) => Err(BackendError::InvalidRequest(
+        match self.inner {
+            CheckedInner::Ready { result } => result,
+            CheckedInner::Pending { fut } => fut.into_inner(),
+            CheckedInner::Taken => Err(BackendError::InvalidRequest(
                 "the check was already taken".into(),
             )),
         }
@@ -171,14 +182,20 @@ impl<F: Future<Output = CheckResult>> Future for Checked<F> {
     type Output = CheckResult;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CheckResult> {
-        let this = self.project();
-        if let Some(r) = this.early.take() {
-            return Poll::Ready(r);
-        }
-        match this.fut.as_pin_mut() {
-            Some(f) => f.poll(cx),
+        let mut inner = self.project().inner;
+        match inner.as_mut().project() {
+            CheckedProj::Pending { fut } => {
+                let result = std::task::ready!(fut.poll(cx));
+                // `into_inner` after this finds the check taken, rather than polling again.
+                inner.project_replace(CheckedInner::Taken);
+                Poll::Ready(result)
+            }
+            CheckedProj::Ready { .. } => match inner.project_replace(CheckedInner::Taken) {
+                CheckedReplace::Ready { result } => Poll::Ready(result),
+                _ => Poll::Pending,
+            },
             // Polled after completion: stay pending rather than panic.
-            None => Poll::Pending,
+            CheckedProj::Taken => Poll::Pending,
         }
     }
 }

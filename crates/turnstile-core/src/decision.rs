@@ -1,24 +1,197 @@
 //! Decisions: what a check answers, per policy and in aggregate.
 
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::few::Few;
 use crate::policy::{Algorithm, Policy};
 use crate::quota::Applied;
 
+/// A policy that decisions share instead of each holding a copy: moving one moves a
+/// pointer. Policies the in-memory backend decides by are interned for the life of the
+/// process ([`SharedPolicy::interned`]), so its decisions carry them without counting
+/// references (no atomic operation per decision); other decisions (the Redis backend's, the
+/// pure `algorithm` functions') hold a reference-counted copy.
+#[derive(Clone)]
+pub(crate) enum SharedPolicy {
+    Interned(&'static Policy),
+    Counted(Arc<Policy>),
+}
+
+/// How many distinct policies (name and parameters) [`SharedPolicy::interned`] keeps for
+/// the life of the process: a few MB at most (a policy with its name is at most about
+/// 300 bytes), far more than any configuration holds. Beyond it, policies are shared by
+/// reference count instead.
+const MAX_INTERNED: usize = 16_384;
+
+impl SharedPolicy {
+    /// A reference-counted copy of `policy`.
+    pub(crate) fn new(policy: Policy) -> Self {
+        SharedPolicy::Counted(Arc::new(policy))
+    }
+
+    /// `policy` interned: every call with an equal policy (name and parameters) gives the
+    /// same copy, kept for the life of the process — up to [`MAX_INTERNED`] distinct ones,
+    /// then a reference-counted copy. Takes a process-wide lock: call it when a policy is
+    /// first seen (the in-memory backend does once per shard), not per decision.
+    pub(crate) fn interned(policy: &Policy) -> Self {
+        static INTERNED: Mutex<Option<HashSet<&'static Policy>>> = Mutex::new(None);
+        let mut set = INTERNED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let set = set.get_or_insert_with(HashSet::new);
+        if let Some(&p) = set.get(policy) {
+            return SharedPolicy::Interned(p);
+        }
+        if set.len() >= MAX_INTERNED {
+            return SharedPolicy::new(policy.clone());
+        }
+        let p: &'static Policy = Box::leak(Box::new(policy.clone()));
+        set.insert(p);
+        SharedPolicy::Interned(p)
+    }
+}
+
+impl SharedPolicy {
+    /// [`Policy::identity`] of the policy.
+    pub(crate) fn identity(&self) -> (usize, [u64; 2]) {
+        (**self).identity()
+    }
+}
+
+impl Deref for SharedPolicy {
+    type Target = Policy;
+
+    #[inline]
+    fn deref(&self) -> &Policy {
+        match self {
+            SharedPolicy::Interned(p) => p,
+            SharedPolicy::Counted(p) => p,
+        }
+    }
+}
+
+impl PartialEq for SharedPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for SharedPolicy {}
+
+impl fmt::Debug for SharedPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// An exact duration rounded up to whole ns, as whole ms and the ns beyond them (below
+/// 10⁶): how decisions store durations, three of them in 36 bytes of a [`PolicyDecision`]
+/// (a [`Duration`] takes 16 with its padding).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Span {
+    pub(crate) ms: u64,
+    pub(crate) ns: u32,
+}
+
+impl Span {
+    pub(crate) const ZERO: Span = Span { ms: 0, ns: 0 };
+
+    /// `ns` nanoseconds.
+    pub(crate) fn from_ns(ns: u64) -> Span {
+        Span {
+            ms: ns / 1_000_000,
+            ns: (ns % 1_000_000) as u32,
+        }
+    }
+
+    /// `d`, saturating at `u64::MAX` ms (585 million years).
+    pub(crate) fn from_duration(d: Duration) -> Span {
+        Span {
+            ms: d
+                .as_secs()
+                .saturating_mul(1_000)
+                .saturating_add(u64::from(d.subsec_millis())),
+            ns: d.subsec_nanos() % 1_000_000,
+        }
+    }
+
+    pub(crate) fn duration(self) -> Duration {
+        Duration::new(
+            self.ms / 1_000,
+            (self.ms % 1_000) as u32 * 1_000_000 + self.ns % 1_000_000,
+        )
+    }
+
+    /// The span in whole ms, rounded up.
+    pub(crate) fn ceil_ms(self) -> u64 {
+        self.ms.saturating_add(u64::from(self.ns != 0))
+    }
+}
+
 /// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
 ///
 /// Durations are exact values rounded **up** to whole nanoseconds, so rounding them up again
-/// to milliseconds or seconds gives exactly the exact value rounded up.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// to milliseconds or seconds gives exactly the exact value rounded up. The policy is shared
+/// with the backend, not copied. A bucket's result (token bucket, GCRA, leaky bucket) from
+/// the in-memory backend keeps the bucket's debt and works its fields out when they are
+/// read, so a caller that only asks whether the request is admitted pays no division.
+#[derive(Clone, Debug)]
 pub struct PolicyDecision {
-    pub(crate) policy: Policy,
+    pub(crate) policy: SharedPolicy,
+    /// [`Layout::Spans`]: `remaining`, then the ms of `reset_after`, `retry_after` and
+    /// `delay`. [`Layout::Bucket`]: the debt after the decision, the debt `retry_after`
+    /// waits out and the leaky bucket's queue (`delay`), in units of 1/L ms of the policy's
+    /// L: `remaining` = B − ⌈debt / P⌉, each duration its debt / L.
+    words: [u64; 4],
+    /// [`Layout::Spans`]: the ns beyond those ms, `retry_after`'s [`NEVER`] when no wait can
+    /// help. [`Layout::Bucket`]: `retry_after`'s [`NEVER`], [`ZERO`] or [`AFTER`] in the
+    /// middle.
+    nanos: [u32; 3],
+    layout: Layout,
     pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) retry_after: Option<Duration>,
-    pub(crate) reset_after: Duration,
-    pub(crate) delay: Duration,
 }
+
+/// How a [`PolicyDecision`] keeps its fields (in 64 bytes, policy included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Spans,
+    Bucket,
+}
+
+/// `nanos[1]`: no wait can help.
+const NEVER: u32 = u32::MAX;
+/// `nanos[1]` of a bucket: `retry_after` is zero.
+const ZERO: u32 = 0;
+/// `nanos[1]` of a bucket: `retry_after` is `words[1]` / L.
+const AFTER: u32 = 1;
+
+/// A bucket's `retry_after`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Zero (admitted).
+    Zero,
+    /// No wait can help.
+    Never,
+    /// This debt / L ms.
+    After(u64),
+}
+
+impl PartialEq for PolicyDecision {
+    fn eq(&self, other: &Self) -> bool {
+        self.policy == other.policy
+            && self.allowed == other.allowed
+            && self.remaining() == other.remaining()
+            && self.retry_span() == other.retry_span()
+            && self.reset_span() == other.reset_span()
+            && self.delay_span() == other.delay_span()
+    }
+}
+
+impl Eq for PolicyDecision {}
 
 impl PolicyDecision {
     /// A policy's result from its parts, for backends that compute decisions elsewhere (the
@@ -32,13 +205,93 @@ impl PolicyDecision {
         reset_after: Duration,
         delay: Duration,
     ) -> Self {
-        PolicyDecision {
-            policy,
+        PolicyDecision::from_spans(
+            SharedPolicy::new(policy),
             allowed,
             remaining,
-            retry_after,
-            reset_after,
-            delay,
+            retry_after.map(Span::from_duration),
+            Span::from_duration(reset_after),
+            Span::from_duration(delay),
+        )
+    }
+
+    /// A policy's result from durations as [`Span`]s.
+    pub(crate) fn from_spans(
+        policy: SharedPolicy,
+        allowed: bool,
+        remaining: u64,
+        retry: Option<Span>,
+        reset: Span,
+        delay: Span,
+    ) -> Self {
+        let retry = retry.unwrap_or(Span { ms: 0, ns: NEVER });
+        PolicyDecision {
+            policy,
+            words: [remaining, reset.ms, retry.ms, delay.ms],
+            nanos: [reset.ns, retry.ns, delay.ns],
+            layout: Layout::Spans,
+            allowed,
+        }
+    }
+
+    /// A bucket policy's result from its debts in units of 1/L ms: `debt` after the
+    /// decision, `delay` the leaky bucket's queue ahead of the request (0 otherwise).
+    #[inline]
+    pub(crate) fn bucket(
+        policy: SharedPolicy,
+        allowed: bool,
+        debt: u64,
+        retry: Retry,
+        delay: u64,
+    ) -> Self {
+        let (retry_debt, marker) = match retry {
+            Retry::Zero => (0, ZERO),
+            Retry::Never => (0, NEVER),
+            Retry::After(d) => (d, AFTER),
+        };
+        PolicyDecision {
+            policy,
+            words: [debt, retry_debt, delay, 0],
+            nanos: [0, marker, 0],
+            layout: Layout::Bucket,
+            allowed,
+        }
+    }
+
+    /// `debt` / L ms of this policy.
+    fn per_limit(&self, debt: u64) -> Span {
+        span_ratio(u128::from(debt), u128::from(self.policy.limit()))
+    }
+
+    pub(crate) fn retry_span(&self) -> Option<Span> {
+        match (self.layout, self.nanos[1]) {
+            (_, NEVER) => None,
+            (Layout::Spans, ns) => Some(Span {
+                ms: self.words[2],
+                ns,
+            }),
+            (Layout::Bucket, ZERO) => Some(Span::ZERO),
+            (Layout::Bucket, _) => Some(self.per_limit(self.words[1])),
+        }
+    }
+
+    pub(crate) fn reset_span(&self) -> Span {
+        match self.layout {
+            Layout::Spans => Span {
+                ms: self.words[1],
+                ns: self.nanos[0],
+            },
+            Layout::Bucket => self.per_limit(self.words[0]),
+        }
+    }
+
+    pub(crate) fn delay_span(&self) -> Span {
+        match self.layout {
+            Layout::Spans => Span {
+                ms: self.words[3],
+                ns: self.nanos[2],
+            },
+            Layout::Bucket => self.per_limit(self.words[2]),
         }
     }
 
@@ -61,26 +314,33 @@ impl PolicyDecision {
     /// each algorithm's definition). When the request is denied overall, nothing was
     /// consumed and this is the count before it.
     pub fn remaining(&self) -> u64 {
-        self.remaining
+        match self.layout {
+            Layout::Spans => self.words[0],
+            Layout::Bucket => {
+                let p = &*self.policy;
+                p.capacity()
+                    .saturating_sub(self.words[0].div_ceil(p.period_ms().max(1)))
+            }
+        }
     }
 
     /// `Some(Duration::ZERO)` when this policy admits; when it denies, `Some(d)` with d the
     /// smallest wait after which the same request would be admitted if nothing else arrived;
     /// `None` when no wait can help (the cost exceeds the policy's capacity).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        self.retry_span().map(Span::duration)
     }
 
     /// How long until this policy's state for the key equals a fresh key's, if nothing else
     /// arrives.
     pub fn reset_after(&self) -> Duration {
-        self.reset_after
+        self.reset_span().duration()
     }
 
     /// Leaky bucket only: how long the admitted request waits for the queue ahead of it to
     /// drain. Zero for every other algorithm and for denied requests.
     pub fn delay(&self) -> Duration {
-        self.delay
+        self.delay_span().duration()
     }
 
     /// For a policy's result on a denied request of `cost` units: how long, with nothing else
@@ -91,29 +351,30 @@ impl PolicyDecision {
     fn unchanged_for(&self, cost: u64) -> Option<Duration> {
         let p = &self.policy;
         let cap = p.capacity();
-        if self.remaining >= cap {
+        let remaining = self.remaining();
+        if remaining >= cap {
             return None;
         }
         // Every algorithm admits `cost` exactly when `remaining` ≥ `cost`, so when one more
         // unit is missing, the first rise is the admission itself.
-        if !self.allowed && cost == self.remaining + 1 {
-            return Some(self.retry_after.unwrap_or(Duration::ZERO));
+        if !self.allowed && cost == remaining + 1 {
+            return Some(self.retry_after().unwrap_or(Duration::ZERO));
         }
         match p.algorithm() {
             // remaining = B − ceil(D / P) rises when the debt D / L ms (`reset_after`) falls to
             // (B − r − 1)·P / L ms. Both durations are rounded up to ns: one ns less keeps
             // the bound below the exact instant.
             Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
-                let units = u128::from(cap - self.remaining - 1);
+                let units = u128::from(cap - remaining - 1);
                 let rest = ms_ratio(units * u128::from(p.period_ms()), u128::from(p.limit()));
                 Some(
-                    self.reset_after
+                    self.reset_after()
                         .saturating_sub(rest.saturating_add(Duration::from_nanos(1))),
                 )
             }
             // A count in the current window (remaining < L) ends with the window, when the
             // key resets.
-            Algorithm::FixedWindow => Some(self.reset_after),
+            Algorithm::FixedWindow => Some(self.reset_after()),
             Algorithm::SlidingLog | Algorithm::SlidingWindow => Some(Duration::ZERO),
         }
     }
@@ -145,21 +406,19 @@ pub enum Origin {
 /// ([`Decision::origin`]) is not compared.
 #[derive(Clone, Debug)]
 pub struct Decision {
-    allowed: bool,
-    retry_after: Option<Duration>,
-    delay: Duration,
-    binding: usize,
     policies: Few<PolicyDecision>,
     applied: Applied,
     version: u64,
+    /// The binding policy's index.
+    binding: u32,
+    allowed: bool,
     origin: Origin,
 }
 
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
+        // The aggregate `retry_after` and `delay` follow from these.
         self.allowed == other.allowed
-            && self.retry_after == other.retry_after
-            && self.delay == other.delay
             && self.binding == other.binding
             && self.policies == other.policies
             && self.applied == other.applied
@@ -190,33 +449,32 @@ impl Decision {
     ) -> Self {
         let list = policies.as_slice();
         let allowed = list.iter().all(|p| p.allowed);
-        let retry_after = if allowed {
-            Some(Duration::ZERO)
-        } else {
-            list.iter()
-                .filter(|p| !p.allowed)
-                .try_fold(Duration::ZERO, |acc, p| p.retry_after.map(|r| acc.max(r)))
-        };
-        let delay = if allowed {
-            list.iter().map(|p| p.delay).max().unwrap_or(Duration::ZERO)
-        } else {
-            Duration::ZERO
-        };
         let mut binding = 0;
         for (i, p) in list.iter().enumerate().skip(1) {
             let b = &list[binding];
-            if p.remaining < b.remaining
-                || (p.remaining == b.remaining && p.reset_after > b.reset_after)
-            {
+            let (r, rb) = (p.remaining(), b.remaining());
+            if r < rb || (r == rb && p.reset_span() > b.reset_span()) {
                 binding = i;
             }
         }
         Decision {
             allowed,
-            retry_after,
-            delay,
-            binding,
+            binding: binding as u32,
             policies,
+            applied,
+            version,
+            origin: Origin::Backend,
+        }
+    }
+
+    /// The decision of one policy's result, with the configuration that applied and the key's
+    /// version: [`Decision::from_few_with`] without a list to walk.
+    #[inline]
+    pub(crate) fn one(policy: PolicyDecision, applied: Applied, version: u64) -> Self {
+        Decision {
+            allowed: policy.allowed,
+            binding: 0,
+            policies: Few::One(policy),
             applied,
             version,
             origin: Origin::Backend,
@@ -229,8 +487,6 @@ impl Decision {
     pub fn unconfigured_denied(version: u64) -> Self {
         Decision {
             allowed: false,
-            retry_after: None,
-            delay: Duration::ZERO,
             binding: 0,
             policies: Few::None,
             applied: Applied::Denied,
@@ -245,8 +501,6 @@ impl Decision {
     pub fn unlimited(version: u64) -> Self {
         Decision {
             allowed: true,
-            retry_after: Some(Duration::ZERO),
-            delay: Duration::ZERO,
             binding: 0,
             policies: Few::None,
             applied: Applied::Unlimited,
@@ -268,32 +522,30 @@ impl Decision {
     /// denial's `retry_after` stays positive, at least 1 ns). `remaining` is kept as it was:
     /// a lower bound. For caches of decisions.
     pub fn elapsed_by(&self, elapsed: Duration) -> Decision {
-        let less = |d: Duration| d.saturating_sub(elapsed);
-        let retry = |allowed: bool, r: Option<Duration>| {
-            r.map(|d| {
-                if allowed {
-                    Duration::ZERO
-                } else {
-                    less(d).max(Duration::from_nanos(1))
-                }
-            })
-        };
+        let less = |d: Duration| Span::from_duration(d.saturating_sub(elapsed));
         Decision {
             allowed: self.allowed,
-            retry_after: retry(self.allowed, self.retry_after),
-            delay: less(self.delay),
             binding: self.binding,
             policies: self
                 .policies
                 .as_slice()
                 .iter()
-                .map(|p| PolicyDecision {
-                    policy: p.policy.clone(),
-                    allowed: p.allowed,
-                    remaining: p.remaining,
-                    retry_after: retry(p.allowed, p.retry_after),
-                    reset_after: less(p.reset_after),
-                    delay: less(p.delay),
+                .map(|p| {
+                    let retry = p.retry_after().map(|d| {
+                        if p.allowed {
+                            Span::ZERO
+                        } else {
+                            less(d).max(Span { ms: 0, ns: 1 })
+                        }
+                    });
+                    PolicyDecision::from_spans(
+                        p.policy.clone(),
+                        p.allowed,
+                        p.remaining(),
+                        retry,
+                        less(p.reset_after()),
+                        less(p.delay()),
+                    )
                 })
                 .collect(),
             applied: self.applied.clone(),
@@ -374,6 +626,7 @@ impl Decision {
     }
 
     /// Whether the request is admitted (by every policy).
+    #[inline]
     pub fn allowed(&self) -> bool {
         self.allowed
     }
@@ -382,7 +635,7 @@ impl Decision {
     /// key is admitted without limit, 0 when it is denied without one.
     pub fn remaining(&self) -> u64 {
         match self.binding() {
-            Some(p) => p.remaining,
+            Some(p) => p.remaining(),
             None if self.allowed => u64::MAX,
             None => 0,
         }
@@ -391,23 +644,43 @@ impl Decision {
     /// `Some(Duration::ZERO)` when admitted; when denied, the largest `retry_after` of the
     /// denying policies, or `None` if any of them can never admit the request.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        if self.allowed {
+            return Some(Duration::ZERO);
+        }
+        let list = self.policies.as_slice();
+        if list.is_empty() {
+            // Denied without a policy: no wait can help.
+            return None;
+        }
+        list.iter()
+            .filter(|p| !p.allowed)
+            .try_fold(Span::ZERO, |acc, p| p.retry_span().map(|r| acc.max(r)))
+            .map(Span::duration)
     }
 
     /// The binding policy's `reset_after`.
     pub fn reset_after(&self) -> Duration {
-        self.binding().map_or(Duration::ZERO, |p| p.reset_after)
+        self.binding()
+            .map_or(Duration::ZERO, PolicyDecision::reset_after)
     }
 
     /// The largest `delay` among the policies (leaky bucket only; zero when denied).
     pub fn delay(&self) -> Duration {
-        self.delay
+        if !self.allowed {
+            return Duration::ZERO;
+        }
+        let list = self.policies.as_slice();
+        list.iter()
+            .map(PolicyDecision::delay_span)
+            .max()
+            .unwrap_or(Span::ZERO)
+            .duration()
     }
 
     /// The binding policy's own result: the one with the smallest `remaining`, ties broken by
     /// the largest `reset_after`.
     pub fn binding(&self) -> Option<&PolicyDecision> {
-        self.policies.as_slice().get(self.binding)
+        self.policies.as_slice().get(self.binding as usize)
     }
 
     /// Each policy's own result, in the order the policies were given.
@@ -427,6 +700,37 @@ impl Decision {
 /// bounds comes near).
 pub fn exact_ms(num: u128, den: u128) -> Duration {
     ms_ratio(num, den)
+}
+
+/// [`ms_ratio`] as a [`Span`]: the exact `num / den` ms rounded up to whole ns (saturating
+/// at `u64::MAX` ms, which no policy within `SEMANTICS.md`'s bounds comes near).
+pub(crate) fn span_ratio(num: u128, den: u128) -> Span {
+    let den = den.max(1);
+    if num == 0 {
+        return Span::ZERO;
+    }
+    if let (Ok(n), Ok(d)) = (u64::try_from(num), u64::try_from(den)) {
+        if let Some(scaled) = n.checked_mul(1_000_000) {
+            return Span::from_ns(scaled.div_ceil(d));
+        }
+    }
+    let Some(scaled) = num.checked_mul(1_000_000) else {
+        return Span {
+            ms: u64::MAX,
+            ns: 0,
+        };
+    };
+    let ns = scaled.div_ceil(den);
+    match u64::try_from(ns / 1_000_000) {
+        Ok(ms) => Span {
+            ms,
+            ns: (ns % 1_000_000) as u32,
+        },
+        Err(_) => Span {
+            ms: u64::MAX,
+            ns: 0,
+        },
+    }
 }
 
 pub(crate) fn ms_ratio(num: u128, den: u128) -> Duration {
@@ -463,16 +767,16 @@ mod tests {
         retry: Option<u64>,
         reset: u64,
     ) -> PolicyDecision {
-        PolicyDecision {
-            policy: format!("gcra:limit=1,period=1s,name={name}")
+        PolicyDecision::new(
+            format!("gcra:limit=1,period=1s,name={name}")
                 .parse()
                 .unwrap(),
             allowed,
             remaining,
-            retry_after: retry.map(Duration::from_millis),
-            reset_after: Duration::from_millis(reset),
-            delay: Duration::ZERO,
-        }
+            retry.map(Duration::from_millis),
+            Duration::from_millis(reset),
+            Duration::ZERO,
+        )
     }
 
     #[test]
@@ -494,6 +798,35 @@ mod tests {
         ]);
         assert_eq!(never.retry_after(), None);
         assert_eq!(never.binding().unwrap().name(), "a");
+    }
+
+    #[test]
+    fn spans_are_the_durations_they_stand_for() {
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_nanos(999_999),
+            Duration::from_millis(1),
+            Duration::new(3, 333_333_334),
+            Duration::from_millis(u64::from(u32::MAX) * 1_000),
+        ] {
+            assert_eq!(Span::from_duration(d).duration(), d);
+        }
+        for (num, den) in [
+            (1, 3),
+            (3000, 3),
+            (0, 7),
+            (u128::from(crate::policy::MAX_EXACT), 1),
+        ] {
+            assert_eq!(
+                span_ratio(num, den).duration(),
+                ms_ratio(num, den),
+                "{num}/{den}"
+            );
+            assert_eq!(span_ratio(num, den).ceil_ms(), num.div_ceil(den) as u64);
+        }
+        assert!(std::mem::size_of::<PolicyDecision>() <= 64);
+        assert!(std::mem::size_of::<Decision>() <= 104);
     }
 
     #[test]

@@ -32,14 +32,6 @@ impl<T> Few<T> {
             _ => Few::Many(v),
         }
     }
-
-    pub(crate) fn into_vec(self) -> Vec<T> {
-        match self {
-            Few::None => Vec::new(),
-            Few::One(t) => vec![t],
-            Few::Many(v) => v,
-        }
-    }
 }
 
 impl<T> FromIterator<T> for Few<T> {

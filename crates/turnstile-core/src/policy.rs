@@ -70,6 +70,7 @@ impl Algorithm {
 
     /// Whether the algorithm is a bucket (token bucket, GCRA, leaky bucket) and so takes a
     /// `burst`. Window algorithms have a capacity of exactly `limit`.
+    #[inline]
     pub const fn is_bucket(self) -> bool {
         matches!(
             self,
@@ -228,6 +229,9 @@ pub struct Policy {
     limit: u64,
     period_ms: u64,
     burst: Option<u64>,
+    /// The parameters in two words, compared at once: period ms << 8 | algorithm id, and
+    /// limit << 32 | capacity (each below 2^32; the period below 2^35).
+    params: [u64; 2],
     name: Arc<str>,
     named: bool,
 }
@@ -235,8 +239,11 @@ pub struct Policy {
 /// Policies are equal when their names and parameters are (a burst given explicitly equal
 /// to the limit is the same policy as the default burst).
 impl PartialEq for Policy {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.same_parameters(other)
+        // Copies of one policy share their name: no need to compare its bytes.
+        (Arc::ptr_eq(&self.name, &other.name) || self.name == other.name)
+            && self.same_parameters(other)
     }
 }
 
@@ -307,11 +314,20 @@ impl Policy {
                 period_ms,
             });
         }
+        let bucket_capacity = if algorithm.is_bucket() {
+            burst.unwrap_or(limit)
+        } else {
+            limit
+        };
         let mut p = Policy {
             algorithm,
             limit,
             period_ms,
             burst,
+            params: [
+                period_ms << 8 | u64::from(algorithm.id()),
+                limit << 32 | bucket_capacity,
+            ],
             name: Arc::from(""),
             named: false,
         };
@@ -407,11 +423,13 @@ impl Policy {
     }
 
     /// The algorithm.
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
 
     /// L: units admitted per period.
+    #[inline]
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -422,12 +440,14 @@ impl Policy {
     }
 
     /// P in milliseconds.
+    #[inline]
     pub fn period_ms(&self) -> u64 {
         self.period_ms
     }
 
     /// B: the bucket capacity in units, for bucket algorithms (defaults to the limit);
     /// `None` for window algorithms.
+    #[inline]
     pub fn burst(&self) -> Option<u64> {
         if self.algorithm.is_bucket() {
             Some(self.burst.unwrap_or(self.limit))
@@ -438,12 +458,14 @@ impl Policy {
 
     /// The most units one request can ever be admitted for: the burst B for buckets, the
     /// limit L for windows. A request costing more is denied with no retry ("never").
+    #[inline]
     pub fn capacity(&self) -> u64 {
-        self.burst().unwrap_or(self.limit)
+        self.params[1] & u64::from(u32::MAX)
     }
 
     /// The policy's name: the one given with [`Policy::with_name`] or `name=`, else the
     /// policy string of its algorithm and parameters (e.g. `fixed-window:limit=5,period=1m`).
+    #[inline]
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -458,12 +480,19 @@ impl Policy {
         self.named
     }
 
+    /// The address of the policy's name and its parameters: equal for copies of one policy
+    /// (the name is shared), so a cache can tell them at once; unequal identities say
+    /// nothing (compare with `==`).
+    #[inline]
+    pub(crate) fn identity(&self) -> (usize, [u64; 2]) {
+        (Arc::as_ptr(&self.name).cast::<u8>() as usize, self.params)
+    }
+
     /// Whether `other` has the same algorithm, limit, period and capacity (names aside).
+    #[inline]
     pub fn same_parameters(&self, other: &Policy) -> bool {
-        self.algorithm == other.algorithm
-            && self.limit == other.limit
-            && self.period_ms == other.period_ms
-            && self.capacity() == other.capacity()
+        // Algorithm, limit, period and capacity.
+        self.params == other.params
     }
 
     /// A stable 64-bit fingerprint of the algorithm and parameters (not the name): the same
@@ -641,6 +670,38 @@ pub fn format_duration_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_parameters_are_the_parameters() {
+        for alg in Algorithm::ALL {
+            for (limit, period, burst) in [
+                (1, 1, None),
+                (MAX_LIMIT, 2_097_151, None),
+                (7, 1_000, Some(3)),
+            ] {
+                let burst = burst.filter(|_| alg.is_bucket());
+                let Ok(p) = Policy::from_parts(alg, limit, period, burst) else {
+                    continue;
+                };
+                assert_eq!(p.capacity(), p.burst().unwrap_or(p.limit()), "{p}");
+                let q = Policy::from_parts(alg, limit, period, None).unwrap();
+                assert_eq!(
+                    p.same_parameters(&q),
+                    p.capacity() == q.capacity(),
+                    "{p} {q}"
+                );
+                for other in Algorithm::ALL {
+                    if let Ok(r) = Policy::from_parts(other, limit, period, None) {
+                        assert_eq!(q.same_parameters(&r), alg == other);
+                    }
+                }
+            }
+        }
+        let long = Policy::from_parts(Algorithm::FixedWindow, 1, MAX_PERIOD_MS, None).unwrap();
+        let other = Policy::from_parts(Algorithm::FixedWindow, 1, MAX_PERIOD_MS - 1, None).unwrap();
+        assert!(!long.same_parameters(&other));
+        assert_eq!(long.period_ms(), MAX_PERIOD_MS);
+    }
 
     #[test]
     fn bounds_are_typed_errors() {

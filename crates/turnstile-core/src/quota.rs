@@ -87,9 +87,12 @@ impl std::error::Error for LimitsError {}
 ///
 /// # Errors
 /// [`LimitsError::Empty`] or [`LimitsError::DuplicateName`].
+#[inline]
 pub fn validate_policy_set(policies: &[Policy]) -> Result<(), LimitsError> {
-    if policies.is_empty() {
-        return Err(LimitsError::Empty);
+    match policies {
+        [] => return Err(LimitsError::Empty),
+        [_] => return Ok(()),
+        _ => {}
     }
     for (i, p) in policies.iter().enumerate() {
         if policies[..i].iter().any(|q| q.name() == p.name()) {

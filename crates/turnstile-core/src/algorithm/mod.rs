@@ -21,9 +21,7 @@ mod gcra;
 mod sliding_log;
 mod sliding_window;
 
-use std::time::Duration;
-
-use crate::decision::{ms_ratio, PolicyDecision};
+use crate::decision::{span_ratio, PolicyDecision, SharedPolicy, Span};
 use crate::few::Few;
 use crate::policy::{Algorithm, Policy};
 use sliding_log::Log;
@@ -88,6 +86,81 @@ impl State {
     }
 }
 
+/// A state in a few words, for the in-memory backend's entries that hold one policy without
+/// a heap allocation: `kind` says which shape (0 fresh, 1 bucket, 2 GCRA, 3 fixed window),
+/// `a` is the last update's time in ms, `b` and `c` the shape's fields. A GCRA's TAT is
+/// packed as the debt it stands for at its last update, (TAT − a)·L in units of 1/L ms —
+/// the token bucket's form, so both decide on the packed words alike. The sliding window
+/// and the sliding log do not pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Packed {
+    pub(crate) kind: u8,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
+    pub(crate) c: u32,
+}
+
+impl State {
+    /// The state packed, if its shape packs (see [`Packed`]); `limit` is L of the policy the
+    /// state belongs to.
+    pub(crate) fn pack(&self, limit: u64) -> Option<Packed> {
+        let a = self.updated_ms;
+        Some(match self.kind {
+            Kind::Fresh => Packed {
+                kind: 0,
+                a,
+                b: 0,
+                c: 0,
+            },
+            Kind::Bucket { debt } => Packed {
+                kind: 1,
+                a,
+                b: debt,
+                c: 0,
+            },
+            Kind::Gcra { tat_ms, tat_frac } => Packed {
+                kind: 2,
+                a,
+                // TAT·L − a·L; a TAT before the last update (never written) does not pack.
+                b: tat_ms
+                    .checked_sub(a)?
+                    .checked_mul(limit)?
+                    .checked_add(u64::from(tat_frac))?,
+                c: 0,
+            },
+            Kind::Window { window, count } => Packed {
+                kind: 3,
+                a,
+                b: window,
+                c: u32::try_from(count).ok()?,
+            },
+            Kind::Sliding { .. } | Kind::Log(_) => return None,
+        })
+    }
+
+    /// The state [`State::pack`] packed with the same `limit` (an unknown kind reads as
+    /// fresh).
+    pub(crate) fn unpack(p: Packed, limit: u64) -> State {
+        let l = limit.max(1);
+        let kind = match p.kind {
+            1 => Kind::Bucket { debt: p.b },
+            2 => Kind::Gcra {
+                tat_ms: p.a.saturating_add(p.b / l),
+                tat_frac: (p.b % l) as u32,
+            },
+            3 => Kind::Window {
+                window: p.b,
+                count: u64::from(p.c),
+            },
+            _ => Kind::Fresh,
+        };
+        State {
+            updated_ms: p.a,
+            kind,
+        }
+    }
+}
+
 /// What applying an admitted request does to the state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Update {
@@ -122,10 +195,7 @@ enum Update {
 #[must_use = "an evaluation changes nothing until it is applied"]
 pub struct Evaluation {
     decision: PolicyDecision,
-    update: Update,
-    now_ms: u64,
-    period_ms: u64,
-    expires_at_ms: u64,
+    eval: Eval,
 }
 
 impl Evaluation {
@@ -142,12 +212,12 @@ impl Evaluation {
     /// The time the evaluation used: the request's time, or the state's last update if the
     /// request's time was earlier.
     pub fn now_ms(&self) -> u64 {
-        self.now_ms
+        self.eval.now_ms
     }
 
     /// Whether applying changes the state (an admitted request with a positive cost).
     pub fn changes_state(&self) -> bool {
-        self.update != Update::None
+        self.eval.changes_state()
     }
 
     /// The time in ms (same epoch as the request's) from which the state is equivalent to a
@@ -155,14 +225,55 @@ impl Evaluation {
     /// after [`Evaluation::apply`] when [`Evaluation::changes_state`], else to the state as
     /// it was.
     pub fn expires_at_ms(&self) -> u64 {
-        self.expires_at_ms
+        self.eval.expires_at_ms
     }
 
     /// Applies the state change (nothing for a denied request or a query) and returns the
     /// decision. `state` must be the state the evaluation was made from.
     pub fn apply(self, state: &mut State) -> PolicyDecision {
+        self.eval.apply(state);
+        self.decision
+    }
+}
+
+/// An evaluation without its policy: what the backends work with, turning it into a
+/// [`PolicyDecision`] with the policy they share ([`Eval::decision`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Eval {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_after: Option<Span>,
+    pub(crate) reset_after: Span,
+    pub(crate) delay: Span,
+    update: Update,
+    pub(crate) now_ms: u64,
+    period_ms: u64,
+    pub(crate) expires_at_ms: u64,
+}
+
+impl Eval {
+    /// Whether applying changes the state (an admitted request with a positive cost).
+    pub(crate) fn changes_state(&self) -> bool {
+        self.update != Update::None
+    }
+
+    /// The policy's decision, for `policy` (the one evaluated).
+    pub(crate) fn decision(&self, policy: SharedPolicy) -> PolicyDecision {
+        PolicyDecision::from_spans(
+            policy,
+            self.allowed,
+            self.remaining,
+            self.retry_after,
+            self.reset_after,
+            self.delay,
+        )
+    }
+
+    /// Applies the state change (nothing for a denied request or a query). `state` must be
+    /// the state the evaluation was made from.
+    pub(crate) fn apply(&self, state: &mut State) {
         let kind = match self.update {
-            Update::None => return self.decision,
+            Update::None => return,
             Update::Bucket { debt } => Kind::Bucket { debt },
             Update::Gcra { tat_ms, tat_frac } => Kind::Gcra { tat_ms, tat_frac },
             Update::Window { window, count } => Kind::Window { window, count },
@@ -184,7 +295,6 @@ impl Evaluation {
         };
         state.kind = kind;
         state.updated_ms = self.now_ms;
-        self.decision
     }
 }
 
@@ -216,6 +326,15 @@ pub fn check(policy: &Policy, state: &mut State, t_ms: u64, cost: u64) -> Policy
 ///
 /// A state of another algorithm's shape (the policy changed) is treated as fresh.
 pub fn evaluate(policy: &Policy, state: &State, t_ms: u64, cost: u64) -> Evaluation {
+    let eval = eval(policy, state, t_ms, cost);
+    Evaluation {
+        decision: eval.decision(SharedPolicy::new(policy.clone())),
+        eval,
+    }
+}
+
+/// [`evaluate`] without the policy in the result.
+pub(crate) fn eval(policy: &Policy, state: &State, t_ms: u64, cost: u64) -> Eval {
     let now = t_ms.max(state.updated_ms);
     let out = match policy.algorithm() {
         Algorithm::TokenBucket => bucket::decide(policy, state, now, cost, false),
@@ -225,20 +344,19 @@ pub fn evaluate(policy: &Policy, state: &State, t_ms: u64, cost: u64) -> Evaluat
         Algorithm::SlidingWindow => sliding_window::decide(policy, state, now, cost),
         Algorithm::SlidingLog => sliding_log::decide(policy, state, now, cost),
     };
-    let reset_ms = out.reset.ceil_ms();
-    Evaluation {
-        decision: PolicyDecision {
-            policy: policy.clone(),
-            allowed: out.allowed,
-            remaining: out.remaining,
-            retry_after: out.retry.map(Exact::duration),
-            reset_after: out.reset.duration(),
-            delay: out.delay.duration(),
-        },
+    let reset_after = out.reset.span();
+    Eval {
+        allowed: out.allowed,
+        remaining: out.remaining,
+        retry_after: out.retry.map(Exact::span),
+        reset_after,
+        delay: out.delay.span(),
         update: out.update,
         now_ms: now,
         period_ms: policy.period_ms(),
-        expires_at_ms: u64::try_from(u128::from(now) + reset_ms).unwrap_or(u64::MAX),
+        // ⌈reset⌉ in ms from the span rounded up to ns: ⌈⌈x·10⁶⌉ / 10⁶⌉ = ⌈x⌉, without a
+        // second division by the policy's limit.
+        expires_at_ms: now.saturating_add(reset_after.ceil_ms()),
     }
 }
 
@@ -254,28 +372,36 @@ pub fn evaluate_all<'s>(
     t_ms: u64,
     cost: u64,
 ) -> Vec<Evaluation> {
-    evaluate_few(policies, state_of, t_ms, cost).into_vec()
+    eval_all(policies, state_of, t_ms, cost)
+        .into_iter()
+        .zip(policies)
+        .map(|(eval, p)| Evaluation {
+            decision: eval.decision(SharedPolicy::new(p.clone())),
+            eval,
+        })
+        .collect()
 }
 
-/// [`evaluate_all`] without a heap allocation for a single policy.
-pub(crate) fn evaluate_few<'s>(
+/// [`evaluate_all`] without the policies in the results, and without a heap allocation for a
+/// single policy.
+pub(crate) fn eval_all<'s>(
     policies: &[Policy],
     state_of: impl Fn(usize) -> &'s State,
     t_ms: u64,
     cost: u64,
-) -> Few<Evaluation> {
-    let mut evals: Few<Evaluation> = policies
+) -> Few<Eval> {
+    let mut evals: Few<Eval> = policies
         .iter()
         .enumerate()
-        .map(|(i, p)| evaluate(p, state_of(i), t_ms, cost))
+        .map(|(i, p)| eval(p, state_of(i), t_ms, cost))
         .collect();
-    if evals.as_slice().iter().all(|e| e.decision.allowed) {
+    if evals.as_slice().iter().all(|e| e.allowed) {
         return evals;
     }
     for (i, e) in evals.as_mut_slice().iter_mut().enumerate() {
-        if e.decision.allowed && e.update != Update::None {
-            let mut query = evaluate(&policies[i], state_of(i), t_ms, 0);
-            query.decision.delay = Duration::ZERO;
+        if e.allowed && e.update != Update::None {
+            let mut query = eval(&policies[i], state_of(i), t_ms, 0);
+            query.delay = Span::ZERO;
             *e = query;
         }
     }
@@ -365,15 +491,8 @@ impl Exact {
         Exact { num, den }
     }
 
-    fn duration(self) -> Duration {
-        ms_ratio(self.num, self.den)
-    }
-
-    fn ceil_ms(self) -> u128 {
-        match (u64::try_from(self.num), u64::try_from(self.den)) {
-            (Ok(n), Ok(d)) => u128::from(n.div_ceil(d.max(1))),
-            _ => self.num.div_ceil(self.den.max(1)),
-        }
+    fn span(self) -> Span {
+        span_ratio(self.num, self.den)
     }
 }
 
@@ -448,6 +567,38 @@ fn params(p: &Policy) -> (u128, u128, u128) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn states_pack_and_unpack_unchanged() {
+        // Every shape but the sliding ones, after a few admitted requests of every algorithm.
+        for alg in Algorithm::ALL {
+            let p = Policy::new(alg, 7, Duration::from_millis(1_300)).unwrap();
+            let mut s = State::new();
+            assert_eq!(State::unpack(s.pack(7).unwrap(), 7), s);
+            for t in [5, 5, 900, 2_000, 2_001] {
+                check(&p, &mut s, t, 2);
+                match s.pack(7) {
+                    Some(packed) => assert_eq!(State::unpack(packed, 7), s, "{alg}"),
+                    None => assert!(
+                        matches!(alg, Algorithm::SlidingLog | Algorithm::SlidingWindow),
+                        "{alg}"
+                    ),
+                }
+            }
+        }
+        let carried = State::fresh_at(77);
+        assert_eq!(State::unpack(carried.pack(7).unwrap(), 7), carried);
+        // A GCRA state whose TAT lies before its last update does not pack.
+        let early = State {
+            updated_ms: 10,
+            kind: Kind::Gcra {
+                tat_ms: 9,
+                tat_frac: 3,
+            },
+        };
+        assert_eq!(early.pack(7), None);
+    }
 
     #[test]
     fn clock_stepping_back_uses_last_update_and_gives_nothing_back() {

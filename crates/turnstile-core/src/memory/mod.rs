@@ -1,7 +1,12 @@
 //! The in-memory backend: state for one process, shared by every clone.
 
+mod entry;
+mod fast;
+mod full;
+mod lock;
 mod quotas;
 mod sweep;
+mod table;
 
 use sweep::Now;
 #[cfg(feature = "tokio")]
@@ -9,26 +14,22 @@ pub use sweep::SpawnSweeperError;
 
 use std::fmt;
 use std::future::{ready, Ready};
-use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use foldhash::fast::RandomState;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
-use indexmap::IndexMap;
-
-use crate::algorithm::{carry_over, evaluate_few, Evaluation, State};
+use crate::algorithm::{eval, Packed, State};
 use crate::backend::{Backend, BackendError, CheckResult, Checked};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PolicyDecision};
-use crate::few::Few;
 use crate::policy::Policy;
-use crate::quota::{
-    resolve_which, validate_policy_set, Applied, KeyConfig, Limits, Tier, Unconfigured, Which,
-};
-
-/// How long a key's version is kept when it has no other configuration: a day, as in Redis.
-const VERSION_TTL_MS: u64 = 86_400_000;
+use crate::quota::{validate_policy_set, Applied, Limits, Tier, Unconfigured};
+use entry::{Head, Policies, PolicyId, Tag};
+use fast::{Words, FRESH_WORDS};
+use table::{hash_key, Entry, Probe, Table};
 
 /// How many entries each check looks at for expiry, beyond the one it uses.
 const SWEEP_PER_CHECK: usize = 2;
@@ -44,21 +45,26 @@ const SWEEP_AT_CAP: usize = 8;
 /// one key never overshoot a limit.
 ///
 /// # Memory
-/// A key's state is dropped once its `reset_after` has passed: every check also inspects
-/// two other entries of its shard, and every fourth check of a thread eight entries of
-/// another shard, round-robin over all shards, and drops those that have expired; so idle
-/// keys are reclaimed while any traffic flows, without scanning everything on the hot path.
+/// A key's state is dropped once its `reset_after` has passed: while some key of its shard
+/// may have expired (each shard keeps a lower bound of its keys' expiry times), every check
+/// also inspects two other entries of its shard, and every 16th check of a thread 32
+/// entries of another shard, round-robin over all shards, and drops those that have
+/// expired; so idle keys are reclaimed while any traffic flows, without scanning everything
+/// on the hot path, and a check does no sweeping at all while nothing can have expired.
 /// Where no traffic may come, [`MemoryBackend::spawn_sweeper`] (feature `tokio`) drops
 /// them on a timer. A shard's map gives its memory back once it is mostly empty (at most a
 /// quarter full, it shrinks to twice its keys). Keys checked at explicit times
 /// ([`Backend::check_at`]: simulations) are only ever swept by checks at explicit times,
 /// never by the clock.
 ///
-/// A key with one bucket or window policy costs about 245 heap bytes with a 12-byte key
-/// such as an IPv4 address, the map's spare capacity included (measured by the
-/// `bytes_per_key` test: 20,000 keys); a sliding-log policy about 100 more for its log, then
-/// 16 bytes per further distinct millisecond logged (at most min(limit, period in ms)
-/// entries). With
+/// A key with one token-bucket, GCRA, leaky-bucket or fixed-window policy and no
+/// configuration costs about 60 heap bytes, the tables' spare room included, when the key
+/// has at most 23 bytes (an IPv4 address, an IPv6 network): its state is packed into its
+/// entry. A longer key costs its length more. A key with several policies, a sliding
+/// window, an override or a tier costs about 200 bytes more (its entry then points to its
+/// slots); a sliding log 16 bytes per distinct millisecond logged besides (at most
+/// min(limit, period in ms) entries). The `bytes_per_key` test measures these with 20,000
+/// keys. With
 /// [`MemoryBackendBuilder::max_keys`], a check that would track one key more than the cap
 /// fails with [`BackendError::CapacityExceeded`] (after first dropping the expired keys of
 /// its shard, and up to 8 of each other shard) instead of evicting live state, which would over-admit.
@@ -105,83 +111,44 @@ impl<C> fmt::Debug for MemoryBackend<C> {
 }
 
 struct Inner<C> {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[ShardCell]>,
     hasher: RandomState,
     clock: C,
     max_keys: Option<usize>,
     keys: AtomicUsize,
 }
 
-#[derive(Default)]
+/// One shard and, outside its lock, a copy of its expiry bound for checks that look at other
+/// shards without locking them. Two cache lines of its own: threads working in neighbouring
+/// shards never write to one line.
+///
+/// The lock is `parking_lot`'s, taken as [`lock::lock`] says (a bounded spin, then parking).
+#[repr(align(128))]
+struct ShardCell {
+    shard: Mutex<Shard>,
+    /// [`Shard::bound`], per time base (clock, explicit).
+    bound: [AtomicU64; 2],
+}
+
+impl ShardCell {
+    fn new() -> Self {
+        ShardCell {
+            shard: Mutex::new(Shard::new()),
+            bound: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
+        }
+    }
+}
+
 struct Shard {
-    /// foldhash: fast on short keys, seeded per process (keys are client-controlled).
-    map: IndexMap<Box<str>, Entry, RandomState>,
+    /// foldhash: fast on short keys, seeded per backend (keys are client-controlled).
+    table: Table,
+    policies: Policies,
+    /// Where the round-robin sweep goes on.
     cursor: usize,
-}
-
-struct Entry {
-    /// Max of the slots' `expires_ms`; `u64::MAX` while the key has an override or a tier.
-    expires_ms: u64,
-    slots: Vec<Slot>,
-    config: Option<Box<KeyConfig>>,
-    /// Until when a version without other configuration is kept.
-    version_until_ms: u64,
-    /// Whether the key was last written at an explicit time (a simulation): then only checks
-    /// at explicit times sweep it, never the clock.
-    explicit: bool,
-}
-
-struct Slot {
-    /// The policy the state was last written under (name and parameters).
-    policy: Policy,
-    expires_ms: u64,
-    state: State,
-}
-
-impl Slot {
-    /// Whether the state was written under other parameters than `p`'s (same name).
-    fn stale_for(&self, p: &Policy) -> bool {
-        self.policy.name() == p.name() && !self.policy.same_parameters(p)
-    }
-}
-
-impl Entry {
-    fn slot_mut(&mut self, p: &Policy) -> &mut Slot {
-        let i = match self.slots.iter().position(|s| s.policy.name() == p.name()) {
-            Some(i) => i,
-            None => {
-                // Exactly one more: a first push would otherwise reserve room for four.
-                self.slots.reserve_exact(1);
-                self.slots.push(Slot {
-                    policy: p.clone(),
-                    expires_ms: 0,
-                    state: State::new(),
-                });
-                self.slots.len() - 1
-            }
-        };
-        &mut self.slots[i]
-    }
-
-    /// Bumps the key's version; a version alone is kept a day from `now_ms`, as in Redis.
-    fn bump_version(&mut self, now_ms: u64) -> u64 {
-        let config = self.config.get_or_insert_with(Box::default);
-        config.version = config.version.wrapping_add(1);
-        self.version_until_ms = now_ms.saturating_add(VERSION_TTL_MS);
-        config.version
-    }
-
-    /// Drops expired slots and recomputes when the whole entry expires.
-    fn settle(&mut self, now_ms: u64) {
-        self.slots.retain(|s| s.expires_ms > now_ms);
-        let configured = self.config.as_deref().is_some_and(|c| !c.is_empty());
-        self.expires_ms = if configured {
-            u64::MAX
-        } else {
-            let state = self.slots.iter().map(|s| s.expires_ms).max().unwrap_or(0);
-            state.max(self.version_until_ms)
-        };
-    }
+    /// A lower bound of every entry's expiry (ms), per time base: no sweeping before it.
+    bound: [u64; 2],
+    /// The least expiry seen since the sweep's current round began, per time base.
+    round_min: [u64; 2],
 }
 
 /// Configures a [`MemoryBackend`]: its clock, its cap on tracked keys, its shard count.
@@ -199,8 +166,11 @@ impl MemoryBackend<SystemClock> {
         Self::builder().build()
     }
 
-    /// A builder, starting from the system clock, no key cap and 64 shards.
+    /// A builder, starting from the system clock, no key cap and 64 shards. Reads the system
+    /// clock once, so that its one-time calibration (see [`SystemClock`]) happens here
+    /// rather than in the first check.
     pub fn builder() -> MemoryBackendBuilder<SystemClock> {
+        SystemClock.now_ms();
         MemoryBackendBuilder {
             clock: SystemClock,
             max_keys: None,
@@ -243,7 +213,7 @@ impl<C> MemoryBackendBuilder<C> {
     pub fn build(self) -> MemoryBackend<C> {
         MemoryBackend {
             inner: Arc::new(Inner {
-                shards: (0..self.shards).map(|_| Mutex::default()).collect(),
+                shards: (0..self.shards).map(|_| ShardCell::new()).collect(),
                 hasher: RandomState::default(),
                 clock: self.clock,
                 max_keys: self.max_keys,
@@ -275,12 +245,15 @@ impl<C> MemoryBackend<C> {
     /// call this only to reclaim memory at once (tests, maintenance). Returns how many keys
     /// were dropped.
     pub fn purge_expired(&self, now_ms: u64) -> usize {
-        self.sweep_all(|e| e.expires_ms <= now_ms)
+        self.sweep_all(|expires_ms, _| expires_ms <= now_ms)
     }
 
     /// A check of `policies` (the defaults, no tiers) at `now`.
-    fn check_policies(&self, key: &str, policies: &[Policy], cost: u64, now: Now) -> CheckResult {
-        validate_policy_set(policies).map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
+    #[inline(always)]
+    fn check_policies<A: Answer>(&self, key: &str, policies: &[Policy], cost: u64, now: Now) -> A {
+        if let Err(e) = validate_policy_set(policies) {
+            return A::answer(Err(BackendError::InvalidRequest(e.to_string())));
+        }
         self.check_inner(
             key,
             policies,
@@ -291,8 +264,18 @@ impl<C> MemoryBackend<C> {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn check_inner(
+    /// Checks `key`: the policies its configuration resolves to (see
+    /// [`Backend::check_limits`]) at `now`. One hash of the key picks its shard and finds its
+    /// entry; a key with one packed state and the single default policy is decided in place,
+    /// anything else by [`MemoryBackend::check_full`]. The answer comes back as `A` (the
+    /// result itself, or the future a [`Backend`] method returns), built in place.
+    ///
+    /// Inlined into its callers (the [`Backend`] methods, and theirs): the answer is then
+    /// built where the caller keeps it, and the caller reads what it needs of it without
+    /// copying it whole (60 instructions of about 500 per check). The general path stays
+    /// out of line.
+    #[inline(always)]
+    pub(crate) fn check_inner<A: Answer>(
         &self,
         key: &str,
         defaults: &[Policy],
@@ -300,155 +283,241 @@ impl<C> MemoryBackend<C> {
         unconfigured: Unconfigured,
         cost: u64,
         now: Now,
-    ) -> Result<Decision, BackendError> {
+    ) -> A {
         self.sweep_elsewhere(now);
-        let now_ms = now.ms;
-        let mut shard = self.shard(key);
-        self.sweep(&mut shard, now, SWEEP_PER_CHECK);
-
-        let index = shard.map.get_index_of(key);
-        let entry = index.map(|i| &shard.map[i]);
-        let config = entry.and_then(|e| e.config.as_deref());
-        let version = config.map_or(0, KeyConfig::version);
-        let (which, applied) = resolve_which(config, tiers, unconfigured);
-        // An override lives in the entry written below: hold it by its own `Arc`.
-        let own: Option<Arc<[Policy]>> = match which {
-            Which::Override => config.and_then(|c| c.policies.clone()),
-            _ => None,
-        };
-        let policies: &[Policy] = match (&own, which) {
-            (Some(o), _) => o,
-            (None, Which::Tier(i)) => &tiers[i].1,
-            (None, Which::Defaults) => defaults,
-            _ => {
-                return Ok(match applied {
-                    Applied::Unlimited => Decision::unlimited(version),
-                    _ => Decision::unconfigured_denied(version),
-                })
-            }
-        };
-        // Each policy's slot in the entry, looked up once.
-        let slot_of: Few<Option<usize>> = policies
-            .iter()
-            .map(|p| entry.and_then(|e| e.slots.iter().position(|s| s.policy.name() == p.name())))
-            .collect();
-        let slot = |i: usize| -> Option<&Slot> {
-            let j = (*slot_of.as_slice().get(i)?)?;
-            entry.map(|e| &e.slots[j])
-        };
-        // A policy whose parameters changed since its state was written is evaluated on the
-        // carried-over state (stored only if this request is admitted).
-        let stale = |i: usize| slot(i).filter(|s| !s.policy.same_parameters(&policies[i]));
-        let carried: Vec<Option<State>> = if (0..policies.len()).any(|i| stale(i).is_some()) {
-            (0..policies.len())
-                .map(|i| stale(i).map(|s| carry_over(&s.policy, &policies[i], &s.state, now_ms)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let fresh = State::new();
-        let state_of = |i: usize| -> &State {
-            match carried.get(i) {
-                Some(Some(c)) => c,
-                _ => slot(i).map_or(&fresh, |s| &s.state),
-            }
-        };
-        let evals = evaluate_few(policies, state_of, now_ms, cost);
-        let admitted = evals.as_slice().iter().all(|e| e.decision().allowed());
-        if !admitted || !evals.as_slice().iter().any(Evaluation::changes_state) {
-            return Ok(Decision::from_few_with(
-                evals.into_iter().map(Evaluation::into_decision).collect(),
-                applied,
-                version,
-            ));
+        let at = Lookup::new(&self.inner.hasher, key);
+        let cell = self.cell(at.hash);
+        let mut shard = lock::lock(&cell.shard);
+        let shard = &mut *shard;
+        if shard.due(now) {
+            self.sweep(cell, shard, now, SWEEP_PER_CHECK);
         }
-
-        let entry = self.entry_at(&mut shard, index, key, now)?;
-        entry.explicit = now.explicit;
-        let mut carried = carried.into_iter();
-        let decisions: Few<PolicyDecision> = policies
-            .iter()
-            .zip(evals)
-            .zip(slot_of)
-            .map(|((p, eval), at)| {
-                let expires_ms = eval.expires_at_ms();
-                let changes = eval.changes_state();
-                let carried = carried.next().flatten();
-                // Slots found above keep their places: new ones are only appended.
-                let slot = match at {
-                    Some(j) => &mut entry.slots[j],
-                    None => entry.slot_mut(p),
-                };
-                if let Some(c) = carried {
-                    slot.state = c;
-                    slot.policy = p.clone();
-                }
-                if changes {
-                    slot.expires_ms = expires_ms;
-                }
-                eval.apply(&mut slot.state)
-            })
-            .collect();
-        entry.settle(now_ms);
-        Ok(Decision::from_few_with(decisions, applied, version))
-    }
-
-    /// Locks the shard of `key`.
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
-        lock(&inner.shards[(hash as usize) % inner.shards.len()])
-    }
-
-    /// The entry of `key`, inserted (within the key cap) if missing.
-    fn entry_mut<'s>(
-        &self,
-        shard: &'s mut Shard,
-        key: &str,
-        now: Now,
-    ) -> Result<&'s mut Entry, BackendError> {
-        let index = shard.map.get_index_of(key);
-        self.entry_at(shard, index, key, now)
-    }
-
-    /// The entry at `index` (as `get_index_of` found it), or a new one for `key` (within the
-    /// key cap): one hash of the key per check.
-    fn entry_at<'s>(
-        &self,
-        shard: &'s mut Shard,
-        index: Option<usize>,
-        key: &str,
-        now: Now,
-    ) -> Result<&'s mut Entry, BackendError> {
-        let index = match index {
-            Some(i) => i,
-            None => {
-                self.reserve_key(shard, now)?;
-                // The sweep in `reserve_key` may move entries, but `key` is not among them.
-                let entry = Entry {
-                    expires_ms: 0,
-                    slots: Vec::new(),
-                    config: None,
-                    version_until_ms: 0,
-                    explicit: now.explicit,
-                };
-                shard.map.insert_full(Box::from(key), entry).0
+        let index = shard.table.find(at.hash, &at.probe);
+        // The fast path: one default policy, on a key that is new or holds one packed state
+        // of that very policy, without configuration (else `break 'fast` to the general
+        // path). Written out here, not called, so the decision is built once, from scalars,
+        // in the place it is returned from: nothing written field by field is copied whole.
+        'fast: {
+            let [policy] = defaults else { break 'fast };
+            // Without configuration the defaults apply, unless unconfigured keys are denied
+            // or admitted without limit (the general path answers those).
+            if unconfigured != Unconfigured::Defaults {
+                break 'fast;
             }
+            let (stored, words) = match index {
+                Some(i) => match shard.table.get(i).map(|e| &e.head) {
+                    Some(&Head::One { tag, c, a, b }) => {
+                        let kind = tag.kind();
+                        (Some(tag.policy()), Words { kind, a, b, c })
+                    }
+                    _ => break 'fast,
+                },
+                None => (None, FRESH_WORDS),
+            };
+            let id = match stored {
+                // The state must be this policy's, with these parameters (else: carry-over).
+                Some(id) if shard.policies.is(id, policy) => id,
+                Some(_) => break 'fast,
+                None => shard.policies.intern(policy),
+            };
+            let Some(shared) = shard.policies.get(id).cloned() else {
+                break 'fast;
+            };
+            // Buckets decide on the packed words; fixed windows on the unpacked state.
+            let limit = policy.limit();
+            let Some(f) = fast::decide(policy, words, now.ms, cost) else {
+                let packed = Packed {
+                    kind: words.kind,
+                    a: words.a,
+                    b: words.b,
+                    c: words.c,
+                };
+                let mut state = State::unpack(packed, limit);
+                let e = eval(policy, &state, now.ms, cost);
+                if e.allowed && e.changes_state() {
+                    e.apply(&mut state);
+                    let head = Head::single(id, limit, state, e.expires_at_ms, now.explicit);
+                    let put = self.put_one(cell, shard, index, &at, id, head, e.expires_at_ms, now);
+                    if let Err(err) = put {
+                        return A::answer(Err(err));
+                    }
+                }
+                return A::answer(Ok(Decision::one(e.decision(shared), Applied::Defaults, 0)));
+            };
+            if let Some(w) = f.write {
+                let Some(new_tag) = Tag::new(id, w.kind, now.explicit) else {
+                    break 'fast;
+                };
+                match index.and_then(|i| shard.table.get_mut(i)) {
+                    // The packed state in place (no new head to drop the old one for). An
+                    // admission never brings a bucket's expiry forward (it is the last update
+                    // plus the debt's time then, and the debt grows by the cost), so the
+                    // shard's bounds still hold: the sweep's round has seen the entry's old
+                    // expiry or will see the new one. Only a key moving to the other time
+                    // base is noted.
+                    Some(Entry {
+                        head: Head::One { tag, c, a, b },
+                        ..
+                    }) => {
+                        let moved = tag.explicit() != now.explicit;
+                        (*tag, *c, *a, *b) = (new_tag, w.c, w.a, w.b);
+                        if moved {
+                            let expires_ms = fast::expires_at(f.now, f.debt, limit);
+                            shard.note(cell, expires_ms, now.explicit);
+                        }
+                    }
+                    _ => {
+                        // The exact expiry (a division) only when it may lower the bound.
+                        let floor = fast::expires_no_earlier_than(f.now, f.debt, limit);
+                        let expires_ms = if floor < shard.round_min[usize::from(now.explicit)] {
+                            fast::expires_at(f.now, f.debt, limit)
+                        } else {
+                            floor
+                        };
+                        let head = Head::One {
+                            tag: new_tag,
+                            c: w.c,
+                            a: w.a,
+                            b: w.b,
+                        };
+                        let put = self.put_one(cell, shard, index, &at, id, head, expires_ms, now);
+                        if let Err(err) = put {
+                            return A::answer(Err(err));
+                        }
+                    }
+                }
+            }
+            let d = PolicyDecision::bucket(shared, f.allowed, f.debt, f.retry, f.delay);
+            return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
+        }
+        let general = self.check_full(
+            cell,
+            shard,
+            index,
+            &at,
+            defaults,
+            tiers,
+            unconfigured,
+            cost,
+            now,
+        );
+        A::answer(general)
+    }
+
+    /// Stores the fast path's `head` for the key of `at`: at `index`, or a new entry (within
+    /// the key cap) referring to policy `id`; notes its expiry.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn put_one(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        index: Option<usize>,
+        at: &Lookup<'_>,
+        id: PolicyId,
+        head: Head,
+        expires_ms: u64,
+        now: Now,
+    ) -> Result<(), BackendError> {
+        match index.and_then(|i| shard.table.get_mut(i)) {
+            Some(e) => e.head = head,
+            None => {
+                // Referred to before the room is made: a sweep that empties the shard drops
+                // the policies nothing refers to, which must not include this one.
+                shard.policies.acquire(id);
+                if let Err(e) = self.reserve_key(cell, shard, now) {
+                    shard.policies.release(id);
+                    return Err(e);
+                }
+                let entry = Entry {
+                    key: at.probe.to_key(),
+                    head,
+                };
+                shard.table.insert(&self.inner.hasher, at.hash, entry);
+            }
+        }
+        shard.note(cell, expires_ms, now.explicit);
+        Ok(())
+    }
+
+    /// The shard of the key with hash `hash`: from bits 32 to 55, which the table uses
+    /// neither for its slot (the low bits) nor for its tags (the top seven), scaled to the
+    /// shard count by a multiplication (no division).
+    #[inline]
+    fn cell(&self, hash: u64) -> &ShardCell {
+        let shards = &self.inner.shards;
+        let bits = u128::from((hash >> 32) & 0xFF_FFFF);
+        let i = (bits * shards.len() as u128) >> 24;
+        &shards[(i as usize).min(shards.len() - 1)]
+    }
+
+    /// Locks the shard of `key`; returns its cell and the key's lookup.
+    fn shard<'k>(&self, key: &'k str) -> (&ShardCell, MutexGuard<'_, Shard>, Lookup<'k>) {
+        let at = Lookup::new(&self.inner.hasher, key);
+        let cell = self.cell(at.hash);
+        (cell, lock::lock(&cell.shard), at)
+    }
+
+    /// The index of the entry of `at`, inserted (within the key cap) if missing.
+    fn entry_mut(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        at: &Lookup<'_>,
+        now: Now,
+    ) -> Result<usize, BackendError> {
+        let index = shard.table.find(at.hash, &at.probe);
+        self.entry_at(cell, shard, index, at, now)
+    }
+
+    /// The entry at `index` (as `find` found it), or a new empty one for `at` (within the key
+    /// cap).
+    fn entry_at(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        index: Option<usize>,
+        at: &Lookup<'_>,
+        now: Now,
+    ) -> Result<usize, BackendError> {
+        if let Some(i) = index {
+            return Ok(i);
+        }
+        self.reserve_key(cell, shard, now)?;
+        // The sweep in `reserve_key` may move entries, but the key is not among them.
+        let entry = Entry {
+            key: at.probe.to_key(),
+            head: Head::empty(now.explicit),
         };
-        Ok(&mut shard.map[index])
+        Ok(shard.table.insert(&self.inner.hasher, at.hash, entry))
     }
 
     /// Looks at up to `n` entries of `shard` for expiry, dropping expired ones.
-    fn sweep(&self, shard: &mut Shard, now: Now, n: usize) {
-        let dropped = shard.sweep(now, n);
-        if dropped > 0 {
-            self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
-            keys_gauge(-(dropped as f64));
+    fn sweep(&self, cell: &ShardCell, shard: &mut Shard, now: Now, n: usize) {
+        let dropped = shard.sweep(&self.inner.hasher, cell, now, n);
+        self.dropped(dropped);
+    }
+
+    /// Counts `n` keys dropped.
+    fn dropped(&self, n: usize) {
+        if n > 0 {
+            self.inner.keys.fetch_sub(n, Ordering::Relaxed);
+            keys_gauge(-(n as f64));
         }
     }
 
     /// Reserves room for one more key, dropping the shard's expired keys first when at the cap.
-    fn reserve_key(&self, shard: &mut Shard, now: Now) -> Result<(), BackendError> {
+    fn reserve_key(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        now: Now,
+    ) -> Result<(), BackendError> {
+        if !shard.table.has_room() {
+            return Err(BackendError::CapacityExceeded {
+                max_keys: self.len(),
+            });
+        }
         let keys = &self.inner.keys;
         keys_gauge(1.0);
         let Some(max) = self.inner.max_keys else {
@@ -466,11 +535,11 @@ impl<C> MemoryBackend<C> {
         }
         // At the cap: drop every expired key of this shard, and a few of every other shard
         // that is free right now (never waiting on another lock while holding this one).
-        let len = shard.map.len();
-        self.sweep(shard, now, len);
+        let len = shard.table.len();
+        self.sweep(cell, shard, now, len);
         for other in self.inner.shards.iter() {
-            if let Ok(mut other) = other.try_lock() {
-                self.sweep(&mut other, now, SWEEP_AT_CAP);
+            if let Some(mut locked) = other.shard.try_lock() {
+                self.sweep(other, &mut locked, now, SWEEP_AT_CAP);
             }
         }
         if reserve() {
@@ -481,6 +550,52 @@ impl<C> MemoryBackend<C> {
     }
 }
 
+/// How a check's answer is handed back: the result itself, or the future a [`Backend`]
+/// method returns. Built where the decision is made, so the decision is never copied whole
+/// on its way out (a copy of a value just written field by field stalls the CPU: the
+/// copy's wide loads cannot be served from the narrow stores still in flight).
+pub(crate) trait Answer {
+    fn answer(result: CheckResult) -> Self;
+}
+
+impl Answer for CheckResult {
+    #[inline(always)]
+    fn answer(result: CheckResult) -> Self {
+        result
+    }
+}
+
+impl Answer for Ready<CheckResult> {
+    #[inline(always)]
+    fn answer(result: CheckResult) -> Self {
+        ready(result)
+    }
+}
+
+impl Answer for Checked<Ready<CheckResult>> {
+    #[inline(always)]
+    fn answer(result: CheckResult) -> Self {
+        Checked::ready(result)
+    }
+}
+
+/// A key about to be looked up: its hash (which also picks its shard) and its bytes as the
+/// table compares them.
+struct Lookup<'k> {
+    hash: u64,
+    probe: Probe<'k>,
+}
+
+impl<'k> Lookup<'k> {
+    #[inline]
+    fn new(hasher: &RandomState, key: &'k str) -> Self {
+        Lookup {
+            hash: hash_key(hasher, key.as_bytes()),
+            probe: Probe::new(key.as_bytes()),
+        }
+    }
+}
+
 impl<C: Clock> MemoryBackend<C> {
     /// The backend's clock.
     pub fn clock(&self) -> &C {
@@ -488,6 +603,7 @@ impl<C: Clock> MemoryBackend<C> {
     }
 
     /// The time of a check: `now_ms` when given (explicit), else the clock's.
+    #[inline]
     fn now(&self, now_ms: Option<u64>) -> Now {
         match now_ms {
             Some(ms) => Now::explicit(ms),
@@ -502,6 +618,7 @@ impl<C: Clock> MemoryBackend<C> {
 impl<C: Clock> Backend for MemoryBackend<C> {
     type Future = Ready<CheckResult>;
 
+    #[inline]
     fn check_limits(
         &self,
         key: &str,
@@ -509,19 +626,20 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Self::Future {
-        ready(self.check_inner(
+        self.check_inner(
             key,
             limits.defaults(),
             limits.tier_slice(),
             limits.unconfigured(),
             cost,
             self.now(now_ms),
-        ))
+        )
     }
 
     /// Checks `policies` without building a [`Limits`] (no allocation).
+    #[inline]
     fn check(&self, key: &str, policies: &[Policy], cost: u64) -> Checked<Self::Future> {
-        Checked::ready(self.check_policies(key, policies, cost, self.now(None)))
+        self.check_policies(key, policies, cost, self.now(None))
     }
 
     /// Checks `policies` without building a [`Limits`] (no allocation).
@@ -532,7 +650,7 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         cost: u64,
         now_ms: u64,
     ) -> Checked<Self::Future> {
-        Checked::ready(self.check_policies(key, policies, cost, Now::explicit(now_ms)))
+        self.check_policies(key, policies, cost, Now::explicit(now_ms))
     }
 
     fn is_local(&self) -> bool {
@@ -546,14 +664,6 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 fn keys_gauge(_delta: f64) {
     #[cfg(feature = "metrics")]
     metrics::gauge!(crate::metric_names::MEMORY_KEYS).increment(_delta);
-}
-
-/// Locks a shard. A poisoned lock (a panic elsewhere while it was held) is taken over: every
-/// state transition here completes before any state is written, so the map is consistent.
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    shard
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -588,7 +698,11 @@ mod tests {
 
     /// The room the shards' maps hold, in entries.
     fn capacity<C>(b: &MemoryBackend<C>) -> usize {
-        b.inner.shards.iter().map(|s| lock(s).map.capacity()).sum()
+        b.inner
+            .shards
+            .iter()
+            .map(|s| s.shard.lock().table.capacity())
+            .sum()
     }
 
     #[test]
@@ -699,6 +813,34 @@ mod tests {
         assert!(b.len() <= 2);
         b.purge_expired(clock.now_ms());
         assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn a_new_key_keeps_its_policy_when_the_cap_sweeps_its_shard_empty() {
+        // At the cap, a new key's check sweeps its whole shard first. When that leaves the
+        // shard empty, the shard drops the policies nothing refers to: never the new key's.
+        for q in [
+            "token-bucket:limit=1,period=1h",
+            "fixed-window:limit=1,period=1h",
+        ] {
+            let b = MemoryBackend::builder().shards(1).max_keys(4).build();
+            let short = [p("gcra:limit=10,period=1s")];
+            for k in ["a1", "a2", "a3"] {
+                assert!(b.check_at(k, &short, 1, 0).into_inner().unwrap().allowed());
+            }
+            // Keys of other threads, in other shards, fill the cap meanwhile (counted only).
+            b.inner.keys.fetch_add(3, Ordering::Relaxed);
+            // The check's own sweep drops two expired keys, the cap's sweep the third.
+            let q = [p(q)];
+            assert!(b
+                .check_at("b", &q, 1, 10_000)
+                .into_inner()
+                .unwrap()
+                .allowed());
+            assert_eq!(b.len(), 4);
+            let again = b.check_at("b", &q, 1, 10_000).into_inner().unwrap();
+            assert!(!again.allowed(), "{q:?}: the key's state was lost");
+        }
     }
 
     #[test]
@@ -845,6 +987,54 @@ mod tests {
                 }
             });
             assert_eq!(admitted.load(Ordering::Relaxed), 100, "{alg}");
+        }
+    }
+
+    /// Every shard's expiry bounds are at most the expiry of each of its entries, on the
+    /// entry's time base: the sweep never skips a shard holding an expired key.
+    fn assert_bounds_hold<C>(b: &MemoryBackend<C>) {
+        for cell in b.inner.shards.iter() {
+            let shard = cell.shard.lock();
+            for e in shard.table.entries() {
+                let base = usize::from(e.head.explicit());
+                let expires_ms = e.head.expires_ms(&shard.policies);
+                assert!(shard.bound[base] <= expires_ms, "{base}: {expires_ms}");
+                assert!(cell.bound[base].load(Ordering::Relaxed) <= expires_ms);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn expiry_bounds_stay_below_every_entry(
+            steps in proptest::collection::vec(
+                (0u8..6, 0u64..3_000, 0u64..4, proptest::bool::ANY, 0usize..4),
+                1..150,
+            ),
+        ) {
+            let pols = [
+                p("token-bucket:limit=3,period=1s"),
+                p("gcra:limit=5,period=2s,burst=2"),
+                p("leaky-bucket:limit=2,period=500ms"),
+                p("fixed-window:limit=4,period=1s"),
+            ];
+            let clock = ManualClock::new(1_000_000);
+            let b = MemoryBackend::builder().clock(clock.clone()).shards(2).build();
+            let mut t = 1_000_000u64;
+            for (key, dt, cost, explicit, pol) in steps {
+                // Mostly forward, sometimes back (a clock that steps back).
+                t = if dt % 5 == 0 { t - dt } else { t + dt };
+                clock.set_ms(t);
+                let key = format!("k{key}");
+                let one = std::slice::from_ref(&pols[pol]);
+                let d = if explicit {
+                    b.check_at(&key, one, cost, t).into_inner()
+                } else {
+                    b.check(&key, one, cost).into_inner()
+                };
+                proptest::prop_assert!(d.is_ok());
+                assert_bounds_hold(&b);
+            }
         }
     }
 

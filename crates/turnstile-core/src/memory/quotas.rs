@@ -3,8 +3,9 @@
 use std::future::{ready, Future};
 use std::sync::Arc;
 
+use super::entry::expires_at;
 use super::{MemoryBackend, Now};
-use crate::algorithm::{carry_over, evaluate, refund};
+use crate::algorithm::{carry_over, refund};
 use crate::backend::{BackendError, CheckResult, Quotas};
 use crate::clock::Clock;
 use crate::policy::Policy;
@@ -15,26 +16,46 @@ impl<C: Clock> MemoryBackend<C> {
     fn refund_now(&self, key: &str, limits: &Limits, cost: u64, now: Now) -> CheckResult {
         let now_ms = now.ms;
         {
-            let mut shard = self.shard(key);
-            let config = shard.map.get(key).and_then(|e| e.config.as_deref());
+            let (cell, mut shard, at) = self.shard(key);
+            let shard = &mut *shard;
+            let index = shard.table.find(at.hash, &at.probe);
+            let config = index
+                .and_then(|i| shard.table.get(i))
+                .and_then(|e| e.head.config());
             let (policies, _) = limits.resolve(config);
             let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
-            let entry = self.entry_mut(&mut shard, key, now)?;
-            entry.explicit = now.explicit;
-            for p in &policies {
-                let Some(i) = entry.slots.iter().position(|s| s.policy.name() == p.name()) else {
-                    continue;
+            let i = self.entry_at(cell, shard, index, &at, now)?;
+            let expires_ms = {
+                let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
+                    return Err(missing());
                 };
-                let slot = &mut entry.slots[i];
-                if slot.stale_for(p) {
-                    slot.state = carry_over(&slot.policy, p, &slot.state, now_ms);
-                    slot.policy = p.clone();
+                let interned = &mut shard.policies;
+                let entry = head.full_mut(interned);
+                entry.explicit = now.explicit;
+                for p in &policies {
+                    let found = entry
+                        .slots
+                        .iter()
+                        .position(|s| interned.get(s.policy).is_some_and(|q| q.name() == p.name()));
+                    let Some(j) = found else { continue };
+                    let slot = &mut entry.slots[j];
+                    if let Some(q) = interned.get(slot.policy).filter(|q| !q.same_parameters(p)) {
+                        slot.state = carry_over(q, p, &slot.state, now_ms);
+                        let id = interned.intern(p);
+                        interned.acquire(id);
+                        interned.release(slot.policy);
+                        slot.policy = id;
+                    }
+                    refund(p, &mut slot.state, now_ms, cost);
+                    slot.expires_ms = expires_at(p, &slot.state);
                 }
-                refund(p, &mut slot.state, now_ms, cost);
-                slot.expires_ms = evaluate(p, &slot.state, now_ms, 0).expires_at_ms();
-            }
-            entry.bump_version(now_ms);
-            entry.settle(now_ms);
+                entry.bump_version(now_ms);
+                entry.settle(now_ms, interned);
+                let expires_ms = entry.expires_ms;
+                head.compact(interned);
+                expires_ms
+            };
+            shard.note(cell, expires_ms, now.explicit);
         }
         self.query(key, limits, now)
     }
@@ -44,28 +65,47 @@ impl<C: Clock> MemoryBackend<C> {
     fn reset_now(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
         let now_ms = now.ms;
         {
-            let mut shard = self.shard(key);
-            let config = shard.map.get(key).and_then(|e| e.config.as_deref());
+            let (cell, mut shard, at) = self.shard(key);
+            let shard = &mut *shard;
+            let index = shard.table.find(at.hash, &at.probe);
+            let config = index
+                .and_then(|i| shard.table.get(i))
+                .and_then(|e| e.head.config());
             let (policies, _) = limits.resolve(config);
             let names: Vec<Arc<str>> = policies
                 .unwrap_or_default()
                 .iter()
                 .map(|p| Arc::clone(p.name_arc()))
                 .collect();
-            let entry = self.entry_mut(&mut shard, key, now)?;
-            entry.explicit = now.explicit;
-            entry
-                .slots
-                .retain(|s| !names.iter().any(|n| **n == *s.policy.name()));
-            entry.bump_version(now_ms);
-            entry.settle(now_ms);
+            let i = self.entry_at(cell, shard, index, &at, now)?;
+            let expires_ms = {
+                let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
+                    return Err(missing());
+                };
+                let interned = &mut shard.policies;
+                let entry = head.full_mut(interned);
+                entry.explicit = now.explicit;
+                entry.slots.retain(|s| {
+                    let named = interned
+                        .get(s.policy)
+                        .is_some_and(|q| names.iter().any(|n| **n == *q.name()));
+                    if named {
+                        interned.release(s.policy);
+                    }
+                    !named
+                });
+                entry.bump_version(now_ms);
+                entry.settle(now_ms, interned);
+                entry.expires_ms
+            };
+            shard.note(cell, expires_ms, now.explicit);
         }
         self.query(key, limits, now)
     }
 
     /// A query (cost 0) of `key` at `now`, on the same time base.
     fn query(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
-        self.check_inner(
+        self.check_inner::<CheckResult>(
             key,
             limits.defaults(),
             limits.tier_slice(),
@@ -77,11 +117,12 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// The stored configuration of `key` (empty when it has none).
     fn config_now(&self, key: &str) -> KeyConfig {
-        let shard = self.shard(key);
+        let (_, shard, at) = self.shard(key);
         shard
-            .map
-            .get(key)
-            .and_then(|e| e.config.as_deref().cloned())
+            .table
+            .find(at.hash, &at.probe)
+            .and_then(|i| shard.table.get(i))
+            .and_then(|e| e.head.config().cloned())
             .unwrap_or_default()
     }
 
@@ -92,14 +133,29 @@ impl<C: Clock> MemoryBackend<C> {
         change: impl FnOnce(&mut KeyConfig),
     ) -> Result<KeyConfig, BackendError> {
         let now = self.now(None);
-        let mut shard = self.shard(key);
-        let entry = self.entry_mut(&mut shard, key, now)?;
-        change(entry.config.get_or_insert_with(Box::default));
-        entry.bump_version(now.ms);
-        // No slot is dropped here: states may be timed on another clock (explicit times).
-        entry.settle(0);
-        Ok(entry.config.as_deref().cloned().unwrap_or_default())
+        let (cell, mut shard, at) = self.shard(key);
+        let shard = &mut *shard;
+        let i = self.entry_mut(cell, shard, &at, now)?;
+        let (config, expires_ms, explicit) = {
+            let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
+                return Err(missing());
+            };
+            let entry = head.full_mut(&shard.policies);
+            change(entry.config.get_or_insert_with(Box::default));
+            entry.bump_version(now.ms);
+            // No slot is dropped here: states may be timed on another clock (explicit times).
+            entry.settle(0, &mut shard.policies);
+            let config = entry.config.as_deref().cloned().unwrap_or_default();
+            (config, entry.expires_ms, entry.explicit)
+        };
+        shard.note(cell, expires_ms, explicit);
+        Ok(config)
     }
+}
+
+/// The error for an entry that vanished under its own shard's lock: never happens.
+fn missing() -> BackendError {
+    BackendError::InvalidState("the key's entry went missing".into())
 }
 
 impl<C: Clock> Quotas for MemoryBackend<C> {
@@ -181,13 +237,28 @@ impl<C> MemoryBackend<C> {
         policies: impl IntoIterator<Item = &'p Policy>,
         now_ms: u64,
     ) {
-        let mut shard = self.shard(key);
-        let Some(entry) = shard.map.get_mut(key) else {
+        let (cell, mut shard, at) = self.shard(key);
+        let shard = &mut *shard;
+        let Some(i) = shard.table.find(at.hash, &at.probe) else {
             return;
         };
+        let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
+            return;
+        };
+        let interned = &mut shard.policies;
+        let entry = head.full_mut(interned);
         for p in policies {
-            entry.slots.retain(|s| s.policy.name() != p.name());
+            entry.slots.retain(|s| {
+                let named = interned.get(s.policy).is_some_and(|q| q.name() == p.name());
+                if named {
+                    interned.release(s.policy);
+                }
+                !named
+            });
         }
-        entry.settle(now_ms);
+        entry.settle(now_ms, interned);
+        let (expires_ms, explicit) = (entry.expires_ms, entry.explicit);
+        head.compact(interned);
+        shard.note(cell, expires_ms, explicit);
     }
 }

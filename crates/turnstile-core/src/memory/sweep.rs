@@ -5,14 +5,18 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
-use super::{keys_gauge, Entry, MemoryBackend, Shard};
+use foldhash::fast::RandomState;
+
+use super::entry::Policies;
+use super::table::Table;
+use super::{MemoryBackend, Shard, ShardCell};
 use crate::clock::Clock;
 
 /// Every this many checks, a thread sweeps a few entries of another shard.
-const ELSEWHERE_EVERY: u32 = 4;
+const ELSEWHERE_EVERY: u32 = 16;
 
-/// How many entries of another shard such a check looks at.
-const SWEEP_ELSEWHERE: usize = 8;
+/// How many entries of another shard such a check looks at (two per check, on average).
+const SWEEP_ELSEWHERE: usize = 32;
 
 /// A map holding more room than this (in entries) shrinks when at most a quarter full; a
 /// smaller one only when empty.
@@ -37,88 +41,193 @@ impl Now {
         Now { ms, explicit: true }
     }
 
-    /// Whether `e` has expired at this time, on this time base.
-    fn expired(self, e: &Entry) -> bool {
-        e.explicit == self.explicit && e.expires_ms <= self.ms
+    /// The time base's index in per-base arrays: 0 the clock, 1 explicit times.
+    fn base(self) -> usize {
+        usize::from(self.explicit)
     }
 }
 
 impl Shard {
+    pub(super) fn new() -> Self {
+        Shard {
+            table: Table::default(),
+            policies: Policies::default(),
+            cursor: 0,
+            bound: [u64::MAX; 2],
+            round_min: [u64::MAX; 2],
+        }
+    }
+
+    /// Whether some key of this shard may have expired at `now` (on its time base): only
+    /// then is sweeping worth it.
+    #[inline]
+    pub(super) fn due(&self, now: Now) -> bool {
+        now.ms >= self.bound[now.base()]
+    }
+
+    /// Notes that an entry on time base `explicit` now expires at `expires_ms`: the bounds
+    /// stay below every entry's expiry.
+    #[inline]
+    pub(super) fn note(&mut self, cell: &ShardCell, expires_ms: u64, explicit: bool) {
+        let b = usize::from(explicit);
+        // Written only when lowered: under a lock two threads share, a write to a line
+        // both read is a cache miss for the other.
+        if expires_ms < self.round_min[b] {
+            self.round_min[b] = expires_ms;
+            if expires_ms < self.bound[b] {
+                self.bound[b] = expires_ms;
+                cell.bound[b].store(expires_ms, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Ends a round of the sweep, which has seen every entry since the last one ended (or
+    /// been told of it by [`Shard::note`]): the least expiry it saw becomes the bound.
+    fn end_round(&mut self, cell: &ShardCell) {
+        self.bound = self.round_min;
+        for (b, v) in cell.bound.iter().zip(self.bound) {
+            b.store(v, Ordering::Relaxed);
+        }
+        self.round_min = [u64::MAX; 2];
+        self.cursor = 0;
+    }
+
     /// Looks at up to `n` entries from the cursor on, dropping those expired at `now` (on
     /// its time base), and shrinks the map if that left it mostly empty. Returns how many
     /// were dropped.
-    pub(super) fn sweep(&mut self, now: Now, n: usize) -> usize {
+    pub(super) fn sweep(
+        &mut self,
+        hasher: &RandomState,
+        cell: &ShardCell,
+        now: Now,
+        n: usize,
+    ) -> usize {
         let mut dropped = 0;
         for _ in 0..n {
-            let len = self.map.len();
-            if len == 0 {
-                break;
+            if self.cursor >= self.table.len() {
+                self.end_round(cell);
+                if self.table.is_empty() {
+                    break;
+                }
             }
-            let i = self.cursor % len;
-            if now.expired(&self.map[i]) {
-                self.map.swap_remove_index(i);
+            let i = self.cursor;
+            let Some(e) = self.table.get(i) else { break };
+            let (expires_ms, explicit) = (e.head.expires_ms(&self.policies), e.head.explicit());
+            if explicit == now.explicit && expires_ms <= now.ms {
+                self.remove(hasher, i);
                 dropped += 1;
             } else {
+                let b = usize::from(explicit);
+                self.round_min[b] = self.round_min[b].min(expires_ms);
                 self.cursor = i + 1;
             }
         }
         if dropped > 0 {
-            self.give_back();
+            self.give_back(hasher);
         }
         dropped
+    }
+
+    /// Removes entry `i`, releasing its policies. The last entry takes its place: if the
+    /// sweep's round already passed that place, the moved entry's expiry is noted for the
+    /// round (it will not be visited in it).
+    pub(super) fn remove(&mut self, hasher: &RandomState, i: usize) {
+        let Some(e) = self.table.swap_remove(hasher, i) else {
+            return;
+        };
+        for id in e.head.policy_ids() {
+            self.policies.release(id);
+        }
+        if i < self.cursor {
+            if let Some(moved) = self.table.get(i) {
+                let b = usize::from(moved.head.explicit());
+                let expires_ms = moved.head.expires_ms(&self.policies);
+                self.round_min[b] = self.round_min[b].min(expires_ms);
+            }
+        }
     }
 
     /// Shrinks the map to twice its keys when it is at most a quarter full (and frees it
     /// when empty): the memory of a flood comes back, and shrinking costs O(keys) only after
     /// at least as many removals (amortized O(1) each).
-    pub(super) fn give_back(&mut self) {
-        let capacity = self.map.capacity();
-        let len = self.map.len();
+    pub(super) fn give_back(&mut self, hasher: &RandomState) {
+        let capacity = self.table.capacity();
+        let len = self.table.len();
         if (capacity > SHRINK_ABOVE || len == 0) && len <= capacity / 4 {
-            self.map.shrink_to(len * 2);
+            self.table.shrink_to(hasher, len * 2);
+        }
+        if len == 0 {
+            self.policies.drop_unused();
         }
     }
 }
 
 impl<C> MemoryBackend<C> {
-    /// Every fourth check of a thread looks at a few entries of the next shard in its
-    /// round-robin, if that shard is free right now (never waiting, never holding another
-    /// lock): keys expire from every shard while any traffic flows. No hashing, no
-    /// allocation.
+    /// Every 16th check of a thread looks at a few entries of the next shard in its
+    /// round-robin, if some key there may have expired and the shard is free right now
+    /// (never waiting, never holding another lock): keys expire from every shard while any
+    /// traffic flows. No hashing, no allocation.
+    #[inline]
     pub(super) fn sweep_elsewhere(&self, now: Now) {
-        let shards = &self.inner.shards;
-        if shards.len() < 2 {
-            return;
-        }
         let turn = TURN.with(|t| {
             let next = t.get().wrapping_add(1);
             t.set(next);
             next
         });
-        if turn % ELSEWHERE_EVERY != 0 {
-            return;
-        }
-        let i = (turn / ELSEWHERE_EVERY) as usize % shards.len();
-        if let Ok(mut shard) = shards[i].try_lock() {
-            self.sweep(&mut shard, now, SWEEP_ELSEWHERE);
+        if turn % ELSEWHERE_EVERY == 0 {
+            self.sweep_other(turn / ELSEWHERE_EVERY, now);
         }
     }
 
-    /// Drops the keys `expired` says are, one shard locked at a time, shrinking the maps
-    /// that are left mostly empty. Returns how many keys were dropped.
-    pub(super) fn sweep_all(&self, expired: impl Fn(&Entry) -> bool) -> usize {
+    /// The shard `turn` points to, swept if some key there may have expired and it is free.
+    #[inline(never)]
+    fn sweep_other(&self, turn: u32, now: Now) {
+        let shards = &self.inner.shards;
+        if shards.len() < 2 {
+            return;
+        }
+        let cell = &shards[turn as usize % shards.len()];
+        if now.ms < cell.bound[now.base()].load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(mut shard) = cell.shard.try_lock() {
+            self.sweep(cell, &mut shard, now, SWEEP_ELSEWHERE);
+        }
+    }
+
+    /// Drops the keys `expired(expires_ms, explicit)` says are, one shard locked at a time,
+    /// shrinking the maps that are left mostly empty. Returns how many keys were dropped.
+    pub(super) fn sweep_all(&self, expired: impl Fn(u64, bool) -> bool) -> usize {
+        let hasher = &self.inner.hasher;
         let mut dropped = 0;
-        for shard in self.inner.shards.iter() {
-            let mut shard = super::lock(shard);
-            let before = shard.map.len();
-            shard.map.retain(|_, e| !expired(e));
-            if shard.map.len() < before {
-                dropped += before - shard.map.len();
-                shard.give_back();
+        for cell in self.inner.shards.iter() {
+            let mut shard = cell.shard.lock();
+            let shard = &mut *shard;
+            let Shard {
+                table, policies, ..
+            } = &mut *shard;
+            let gone = table.retain(hasher, |e| {
+                !expired(e.head.expires_ms(policies), e.head.explicit())
+            });
+            for head in &gone {
+                for id in head.policy_ids() {
+                    policies.release(id);
+                }
+            }
+            // A full round: the bounds are the least expiry of what is left.
+            shard.round_min = [u64::MAX; 2];
+            for e in shard.table.entries() {
+                let b = usize::from(e.head.explicit());
+                let expires_ms = e.head.expires_ms(&shard.policies);
+                shard.round_min[b] = shard.round_min[b].min(expires_ms);
+            }
+            shard.end_round(cell);
+            if !gone.is_empty() {
+                dropped += gone.len();
+                shard.give_back(hasher);
             }
         }
-        self.inner.keys.fetch_sub(dropped, Ordering::Relaxed);
-        keys_gauge(-(dropped as f64));
+        self.dropped(dropped);
         dropped
     }
 }
@@ -149,11 +258,8 @@ impl<C: Clock> MemoryBackend<C> {
     /// # Ok(()) }
     /// ```
     pub fn sweep_expired(&self) -> usize {
-        let now = Now {
-            ms: self.inner.clock.now_ms(),
-            explicit: false,
-        };
-        self.sweep_all(|e| now.expired(e))
+        let now_ms = self.inner.clock.now_ms();
+        self.sweep_all(|expires_ms, explicit| !explicit && expires_ms <= now_ms)
     }
 
     /// Spawns a task on the current tokio runtime that calls

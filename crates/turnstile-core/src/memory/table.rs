@@ -1,0 +1,348 @@
+//! One shard's map from client keys to entries: a dense `Vec` of entries (so sweeps walk it
+//! by index) and a `hashbrown` table of their indices, looked up with the hash the shard was
+//! chosen by — one hash and one key comparison per lookup. Keys of up to 23 bytes (IPv4
+//! addresses, IPv6 networks, most route and method names) live in the entry itself.
+
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
+use std::hash::{BuildHasher, Hasher};
+
+use super::entry::Head;
+
+/// A client key: up to [`INLINE`] bytes in place, longer ones on the heap. 24 bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) enum Key {
+    Inline { len: Len, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+/// The longest key kept in place.
+const INLINE: usize = 23;
+
+/// An inline key's length: an enum of 0 to 23, so the byte it lives in has room for the
+/// [`Key`] variant's tag (the key stays 24 bytes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[rustfmt::skip]
+pub(super) enum Len {
+    L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15, L16, L17, L18, L19,
+    L20, L21, L22, L23,
+}
+
+#[rustfmt::skip]
+const LENS: [Len; INLINE + 1] = [
+    Len::L0, Len::L1, Len::L2, Len::L3, Len::L4, Len::L5, Len::L6, Len::L7, Len::L8, Len::L9,
+    Len::L10, Len::L11, Len::L12, Len::L13, Len::L14, Len::L15, Len::L16, Len::L17, Len::L18,
+    Len::L19, Len::L20, Len::L21, Len::L22, Len::L23,
+];
+
+/// A key looked up, compared with stored keys without copying it.
+pub(super) struct Probe<'k> {
+    bytes: &'k [u8],
+}
+
+impl<'k> Probe<'k> {
+    #[inline]
+    pub(super) fn new(key: &'k [u8]) -> Self {
+        Probe { bytes: key }
+    }
+
+    /// Whether `key` is this key.
+    #[inline]
+    fn matches(&self, key: &Key) -> bool {
+        match key {
+            Key::Inline { len, bytes } => {
+                *len as usize == self.bytes.len() && same_prefix(bytes, self.bytes)
+            }
+            Key::Heap(b) => **b == *self.bytes,
+        }
+    }
+
+    /// The key to store.
+    pub(super) fn to_key(&self) -> Key {
+        match LENS.get(self.bytes.len()) {
+            Some(&len) => {
+                let mut bytes = [0; INLINE];
+                bytes[..self.bytes.len()].copy_from_slice(self.bytes);
+                Key::Inline { len, bytes }
+            }
+            None => Key::Heap(Box::from(self.bytes)),
+        }
+    }
+}
+
+/// Whether `stored` begins with `q` (at most [`INLINE`] bytes), compared a word at a time:
+/// windows that overlap cover every byte, so two or three comparisons decide.
+#[inline]
+fn same_prefix(stored: &[u8; INLINE], q: &[u8]) -> bool {
+    let n = q.len();
+    let word = |s: &[u8], i: usize| -> Option<u64> {
+        s.get(i..i + 8)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            .map(u64::from_ne_bytes)
+    };
+    let half = |s: &[u8], i: usize| -> Option<u32> {
+        s.get(i..i + 4)
+            .and_then(|w| <[u8; 4]>::try_from(w).ok())
+            .map(u32::from_ne_bytes)
+    };
+    let eq = |a: Option<u64>, b: Option<u64>| a.is_some() && a == b;
+    match n {
+        0..=3 => stored.get(..n) == Some(q),
+        4..=7 => {
+            let (a, b) = (half(stored, 0), half(q, 0));
+            let (c, d) = (half(stored, n - 4), half(q, n - 4));
+            a.is_some() && a == b && c == d
+        }
+        8..=16 => eq(word(stored, 0), word(q, 0)) && eq(word(stored, n - 8), word(q, n - 8)),
+        _ => {
+            eq(word(stored, 0), word(q, 0))
+                && eq(word(stored, 8), word(q, 8))
+                && eq(word(stored, n - 8), word(q, n - 8))
+        }
+    }
+}
+
+impl Key {
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..*len as usize],
+            Key::Heap(b) => b,
+        }
+    }
+}
+
+/// The hash of a key's bytes, with the backend's seed: it picks the shard and the slot. One
+/// write of the bytes (foldhash mixes their length in).
+#[inline]
+pub(super) fn hash_key(hasher: &RandomState, key: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(key);
+    h.finish()
+}
+
+/// One key's entry.
+pub(super) struct Entry {
+    pub(super) key: Key,
+    pub(super) head: Head,
+}
+
+/// The entries of one shard, and an index of them by key.
+#[derive(Default)]
+pub(super) struct Table {
+    index: HashTable<u32>,
+    entries: Vec<Entry>,
+}
+
+impl Table {
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Room for entries, without growing (the entries' vector's).
+    pub(super) fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    #[inline]
+    pub(super) fn get(&self, i: usize) -> Option<&Entry> {
+        self.entries.get(i)
+    }
+
+    #[inline]
+    pub(super) fn get_mut(&mut self, i: usize) -> Option<&mut Entry> {
+        self.entries.get_mut(i)
+    }
+
+    pub(super) fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The index of the entry of the key `probe` with hash `hash`.
+    #[inline]
+    pub(super) fn find(&self, hash: u64, probe: &Probe<'_>) -> Option<usize> {
+        let entries = &self.entries;
+        self.index
+            .find(hash, |&i| {
+                entries
+                    .get(i as usize)
+                    .is_some_and(|e| probe.matches(&e.key))
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// Whether another entry fits (an index is a `u32`).
+    pub(super) fn has_room(&self) -> bool {
+        self.entries.len() < u32::MAX as usize
+    }
+
+    /// Appends an entry for a key not in the table (hash `hash`); returns its index. The
+    /// entries grow by an eighth at a time: little room is left unused, and growing stays
+    /// amortized O(1). Call only when [`Table::has_room`].
+    pub(super) fn insert(&mut self, hasher: &RandomState, hash: u64, entry: Entry) -> usize {
+        let i = self.entries.len();
+        if i == self.entries.capacity() {
+            self.entries.reserve_exact((i / 8).max(4));
+        }
+        self.entries.push(entry);
+        let entries = &self.entries;
+        self.index.insert_unique(hash, i as u32, |&j| {
+            entries
+                .get(j as usize)
+                .map_or(0, |e| hash_key(hasher, e.key.as_bytes()))
+        });
+        i
+    }
+
+    /// Removes entry `i`; the last entry takes its place.
+    pub(super) fn swap_remove(&mut self, hasher: &RandomState, i: usize) -> Option<Entry> {
+        let last = self.entries.len().checked_sub(1)?;
+        let hash = hash_key(hasher, self.entries.get(i)?.key.as_bytes());
+        if let Ok(found) = self.index.find_entry(hash, |&j| j as usize == i) {
+            found.remove();
+        }
+        if i != last {
+            let moved = hash_key(hasher, self.entries[last].key.as_bytes());
+            if let Some(at) = self.index.find_mut(moved, |&j| j as usize == last) {
+                *at = i as u32;
+            }
+        }
+        Some(self.entries.swap_remove(i))
+    }
+
+    /// Keeps the entries `keep` says to, in order; returns the dropped ones' heads.
+    pub(super) fn retain(
+        &mut self,
+        hasher: &RandomState,
+        mut keep: impl FnMut(&Entry) -> bool,
+    ) -> Vec<Head> {
+        let mut dropped = Vec::new();
+        let mut kept = Vec::with_capacity(self.entries.len());
+        for e in self.entries.drain(..) {
+            if keep(&e) {
+                kept.push(e);
+            } else {
+                dropped.push(e.head);
+            }
+        }
+        if !dropped.is_empty() {
+            self.entries = kept;
+            self.reindex(hasher);
+        } else {
+            self.entries = kept;
+        }
+        dropped
+    }
+
+    /// Gives memory back down to room for `n` entries (not below the entries there are).
+    pub(super) fn shrink_to(&mut self, hasher: &RandomState, n: usize) {
+        self.entries.shrink_to(n);
+        let entries = &self.entries;
+        self.index.shrink_to(n, |&j| {
+            entries
+                .get(j as usize)
+                .map_or(0, |e| hash_key(hasher, e.key.as_bytes()))
+        });
+    }
+
+    /// Rebuilds the index from the entries.
+    fn reindex(&mut self, hasher: &RandomState) {
+        self.index = HashTable::with_capacity(self.entries.len());
+        let entries = &self.entries;
+        for (i, e) in entries.iter().enumerate() {
+            let hash = hash_key(hasher, e.key.as_bytes());
+            self.index.insert_unique(hash, i as u32, |&j| {
+                entries
+                    .get(j as usize)
+                    .map_or(0, |e| hash_key(hasher, e.key.as_bytes()))
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_entries_stay_small() {
+        assert_eq!(std::mem::size_of::<Key>(), 24);
+        assert_eq!(std::mem::size_of::<Entry>(), 48);
+    }
+
+    #[test]
+    fn keys_compare_equal_exactly_when_their_bytes_do() {
+        // Every length up to the inline maximum, and keys that differ in one byte only.
+        for n in 0..=INLINE + 2 {
+            let a: Vec<u8> = (0..n as u8).map(|b| b.wrapping_mul(37)).collect();
+            let stored = Probe::new(&a).to_key();
+            assert!(Probe::new(&a).matches(&stored), "{n}");
+            for i in 0..n {
+                let mut b = a.clone();
+                b[i] ^= 1;
+                assert!(!Probe::new(&b).matches(&stored), "{n} {i}");
+            }
+            assert!(!Probe::new(&a[..n.saturating_sub(1)]).matches(&stored) || n == 0);
+            let mut longer = a.clone();
+            longer.push(0);
+            assert!(!Probe::new(&longer).matches(&stored), "{n}");
+        }
+    }
+
+    #[test]
+    fn keys_of_every_length_are_found_and_removed() {
+        let hasher = RandomState::default();
+        let mut t = Table::default();
+        let keys: Vec<String> = (0..200)
+            .map(|i| "k".repeat(i % 40) + &i.to_string())
+            .collect();
+        for k in &keys {
+            let h = hash_key(&hasher, k.as_bytes());
+            let probe = Probe::new(k.as_bytes());
+            assert_eq!(t.find(h, &probe), None);
+            let head = Head::empty(false);
+            t.insert(
+                &hasher,
+                h,
+                Entry {
+                    key: probe.to_key(),
+                    head,
+                },
+            );
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let h = hash_key(&hasher, k.as_bytes());
+            assert_eq!(t.find(h, &Probe::new(k.as_bytes())), Some(i));
+            assert_eq!(t.get(i).unwrap().key.as_bytes(), k.as_bytes());
+        }
+        // Remove every third key: the others stay found where they moved.
+        for k in keys.iter().step_by(3) {
+            let h = hash_key(&hasher, k.as_bytes());
+            let i = t.find(h, &Probe::new(k.as_bytes())).unwrap();
+            t.swap_remove(&hasher, i).unwrap();
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let h = hash_key(&hasher, k.as_bytes());
+            let found = t.find(h, &Probe::new(k.as_bytes()));
+            assert_eq!(found.is_some(), i % 3 != 0, "{k}");
+            if let Some(j) = found {
+                assert_eq!(t.get(j).unwrap().key.as_bytes(), k.as_bytes());
+            }
+        }
+        let n = t.len();
+        t.retain(&hasher, |e| e.key.as_bytes().len() < 20);
+        assert!(t.len() < n);
+        t.shrink_to(&hasher, 0);
+        for k in &keys {
+            let h = hash_key(&hasher, k.as_bytes());
+            if let Some(j) = t.find(h, &Probe::new(k.as_bytes())) {
+                assert_eq!(t.get(j).unwrap().key.as_bytes(), k.as_bytes());
+                assert!(k.len() < 20);
+            }
+        }
+    }
+}
