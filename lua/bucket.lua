@@ -26,21 +26,18 @@ end
 -- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now).
 local function debt_decide(p, D, c, leaky)
   local L, P, B = p.L, p.P, p.B
-  local function remaining(d) return B - ceildiv(d, P) end
-  local function queued(d)
-    if leaky then return dur(d, L) end
-    return ZERO
-  end
-  if c > B then return result(0, remaining(D), nil, dur(D, L)) end
-  if c == 0 then return result(1, remaining(D), ZERO, dur(D, L), queued(D)) end
+  if c > B then return result(0, B - ceildiv(D, P), nil, dur(D, L)) end
+  local delay = ZERO
+  if leaky then delay = dur(D, L) end
+  if c == 0 then return result(1, B - ceildiv(D, P), ZERO, dur(D, L), delay) end
   local room = (B - c) * P
   if D <= room then
     local after = D + c * P
-    local r = result(1, remaining(after), ZERO, dur(after, L), queued(D))
+    local r = result(1, B - ceildiv(after, P), ZERO, dur(after, L), delay)
     r.after = after
     return r
   end
-  return result(0, remaining(D), dur(D - room, L), dur(D, L))
+  return result(0, B - ceildiv(D, P), dur(D - room, L), dur(D, L))
 end
 
 -- A bucket state of policy p holding debt D at now. The GCRA's TAT is kept relative to now
@@ -58,9 +55,9 @@ local function bucket(leaky)
   return {
     fields = 2,
     fresh = function() return {updated = 0, debt = 0} end,
-    parse = function(q, n)
-      if n[2] > q.B * q.P then return nil end
-      return {updated = n[1], debt = n[2]}
+    parse = function(q, updated, debt)
+      if debt > q.B * q.P then return nil end
+      return {updated = updated, debt = debt}
     end,
     decide = function(p, st, now, c)
       return debt_decide(p, debt_now(p, st, now), c, leaky)
@@ -71,7 +68,7 @@ local function bucket(leaky)
       if D < 0 then D = 0 end
       return debt_state(p, D, now)
     end,
-    encode = function(st) return int(st.updated) .. '|' .. int(st.debt) end,
+    encode = function(params, st) return format('%s|%.0f|%.0f', params, st.updated, st.debt) end,
   }
 end
 

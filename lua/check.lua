@@ -46,26 +46,14 @@
 -- ms, exactly. refund and reset answer as a query (cost 0)
 -- made after them.
 
-local now
-if ARGV[1] == '' then
-  -- The server's own reply, two decimal integers (seconds, microseconds): read with
-  -- tonumber directly, as nat would read them.
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + divmod(tonumber(t[2]), 1000)
-else
-  now = nat(ARGV[1])
-end
-local cost, min_ttl, sets = nat(ARGV[2]), nat(ARGV[3]), nat(ARGV[7])
-local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
-if not now or not cost or not min_ttl or not sets
-   or (op ~= 'check' and op ~= 'refund' and op ~= 'reset') then
-  return redis.error_reply('TURNSTILE_ARGS malformed arguments')
-end
+-- Every piece below is a top-level function taking what it needs as arguments: a call creates
+-- no closure. cx is the call's context: now, min_ttl, base (ARGV[6]), cfgkey (KEYS[1]), cfg
+-- (HMGET's reply), version, applied, tier.
 
 -- A policy with its keys: ARGV's parts (text) or an override's (see parse_override).
 -- params is the text its state begins with: the arguments as they came when they are
 -- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
-local function keyed(p, params)
+local function keyed(base, p, params)
   p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
   p.key = base .. ':' .. STATE_FORMAT .. ':' .. p.name
   p.logkey = base .. '~log:' .. STATE_FORMAT .. ':' .. p.name
@@ -74,19 +62,19 @@ end
 
 -- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
 -- and the name), or nil and the index of the first malformed one. The parameters are
--- digits only (so tonumber reads them in decimal, as nat) and bounded by policy_of.
-local function policies_at(at, n)
+-- digits only (so s + 0 reads them in decimal, as nat) and bounded by policy_of.
+local function policies_at(ARGV, base, at, n)
   local set = {}
   for i = 1, n do
     local params, name = ARGV[at], ARGV[at + 1]
-    local a, L, P, B = string.match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
-    local p = a and policy_of(tonumber(a), tonumber(L), tonumber(P), tonumber(B))
+    local a, L, P, B = match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+    local p = a and policy_of(a + 0, L + 0, P + 0, B + 0)
     if not p or not valid_name(name) then return nil, i end
     p.name = name
     -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the
     -- stored states' prefix as it is.
-    if string.byte(params, 1) == 48 or string.find(params, '.0', 1, true) then params = nil end
-    set[i] = keyed(p, params)
+    if find(params, '^0') or find(params, '.0', 1, true) then params = nil end
+    set[i] = keyed(base, p, params)
     at = at + 2
   end
   return set
@@ -96,7 +84,7 @@ end
 -- set) and their count; false when no set has that tier; nil and the set's index for a
 -- malformed set. Only the set that applies is parsed: the others are skipped by their
 -- counts alone.
-local function find_set(tier)
+local function find_set(ARGV, sets, tier)
   local at = 8
   for s = 1, sets do
     local name, n = ARGV[at], nat(ARGV[at + 1])
@@ -107,61 +95,21 @@ local function find_set(tier)
   return false
 end
 
--- The key's configuration. One that cannot be read decides nothing, not even a reset (which
--- policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes it.
-local cfg, problem = read_config(KEYS[1])
-if not problem then problem = config_problem(cfg) end
-if problem then
-  return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. KEYS[1] .. ': '
-    .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
-end
-local version = nat(cfg[3] or '0')
-
--- Which policies apply: the override, else the tier, else the unconfigured behaviour.
-local policies, applied, tier_name = nil, 0, ''
-if cfg[1] then
-  policies, applied = parse_override(cfg[1]), 1
-  for _, p in ipairs(policies) do keyed(p) end
-else
-  local at, n
-  if cfg[2] then
-    at, n = find_set(cfg[2])
-    if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
-    if at then applied, tier_name = 2, cfg[2] end
-  end
-  if not at then
-    if mode == 'deny' then
-      applied = 3
-    elseif mode == 'allow' then
-      applied = 4
-    else
-      at, n = find_set(nil)
-      if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
-    end
-  end
-  if at then
-    local bad_at
-    policies, bad_at = policies_at(at, n)
-    if not policies then
-      return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. bad_at)
-    end
-  end
-end
-
 -- A refund or a reset bumps the key's version, once every state it needs was read (an
 -- error reply changes nothing).
-local function bump()
-  version = redis.call('HINCRBY', KEYS[1], 'v', 1)
-  if not cfg[1] and not cfg[2] then
+local function bump(cx)
+  cx.version = redis.call('HINCRBY', cx.cfgkey, 'v', 1)
+  if not cx.cfg[1] and not cx.cfg[2] then
     -- A version alone is kept a day: long enough for anyone holding the old one to see it.
-    redis.call('PEXPIRE', KEYS[1], 86400000)
+    redis.call('PEXPIRE', cx.cfgkey, 86400000)
   end
 end
 
-local function reply(results)
-  local out, o = {now, applied, tier_name, version, #results}, 5
-  local full = applied == 1
-  for i = 1, #results do
+local function reply(cx, policies, results)
+  local n = #results
+  local out, o = {cx.now, cx.applied, cx.tier, cx.version, n}, 5
+  local full = cx.applied == 1
+  for i = 1, n do
     local r = results[i]
     local retry, reset, delay = r.retry, r.reset, r.delay
     if full then
@@ -182,90 +130,84 @@ local function reply(results)
   return out
 end
 
-if not policies then
-  if op ~= 'check' then bump() end
-  return reply({})
+-- A fresh state of p's algorithm, last updated at t.
+local function fresh_at(p, t)
+  local f = ALG[p.alg].fresh()
+  f.updated = t
+  return f
 end
 
 -- The state of p, in p's terms: a state stored under other parameters carries over.
 local function carry(q, p, st, t)
-  local function fresh()
-    local f = ALG[p.alg].fresh()
-    f.updated = t
-    return f
-  end
   if is_bucket(q.alg) and is_bucket(p.alg) then
     local units = min(ceildiv(debt_now(q, st, t), q.P), p.B)
-    if units == 0 then return fresh() end
+    if units == 0 then return fresh_at(p, t) end
     return debt_state(p, units * p.P, t)
   elseif q.alg == 4 and p.alg == 4 then
     local count = 0
     if st.w == divmod(t, q.P) then count = st.n end
     local w = divmod(t, p.P)
-    if count == 0 or divmod(st.updated, p.P) ~= w then return fresh() end
+    if count == 0 or divmod(st.updated, p.P) ~= w then return fresh_at(p, t) end
     return {updated = t, w = w, n = min(count, p.L)}
   elseif q.alg == 6 and p.alg == 6 then
     local n, m = sliding_counts(st, divmod(t, q.P))
     local w = divmod(t, p.P)
     if q.P == p.P then
-      if n == 0 and m == 0 then return fresh() end
+      if n == 0 and m == 0 then return fresh_at(p, t) end
       return {updated = t, w = w, cur = min(n, p.L), prev = min(m, p.L)}
     end
     local total, written = min(n + m, p.L), divmod(st.updated, p.P)
-    if total == 0 then return fresh() end
+    if total == 0 then return fresh_at(p, t) end
     if written == w then return {updated = t, w = w, cur = total, prev = 0} end
     if written + 1 == w then return {updated = t, w = w, cur = 0, prev = total} end
-    return fresh()
+    return fresh_at(p, t)
   elseif q.alg == 5 and p.alg == 5 then
     -- The log as it is, unless every entry expired under q (the key's reset_after elapsed:
     -- it is fresh, though not dropped yet); a longer period must not revive it.
     local newest, _, err = log_newest(p, st)
     if err then return err end
     if not newest and st.total > 0 then return bad(p.logkey, 'no log') end
-    if not newest or t - newest >= q.P then return fresh() end
+    if not newest or t - newest >= q.P then return fresh_at(p, t) end
     return st
   end
-  return fresh()
+  return fresh_at(p, t)
 end
 
 -- The stored state of p at p.key, in p's terms, or an error ({err = ...}) when the key holds
 -- anything the scripts do not write: another type, other fields, a number that is not one
 -- (see nat), a state no sequence of requests leaves. Sets p.carried when the state was
 -- written under other parameters (and carried over).
-local function load(p)
-  local raw, err = read(p.key, 'GET', p.key)
-  if err then return err end
+local function load(p, now)
+  local key = p.key
+  local raw = redis.pcall('GET', key)
   local a = ALG[p.alg]
   if not raw then return a.fresh() end
+  if type(raw) ~= 'string' then return bad(key, raw.err) end
   -- The common case: written under p's own parameters (as p.params spells them), then
-  -- exactly a.fields numbers, each digits only (so tonumber reads it in decimal, as nat).
-  local pre = #p.params
-  if string.sub(raw, 1, pre + 1) == p.params .. '|' then
-    local n1, n2, n3, n4 = string.match(raw, STATE_FIELDS[a.fields], pre + 2)
-    if n1 then
-      local nums = {tonumber(n1), tonumber(n2), n3 and tonumber(n3), n4 and tonumber(n4)}
-      local ok = true
-      for i = 1, a.fields do
-        if nums[i] > MAX_EXACT then ok = false end
-      end
-      if ok then
-        local st = a.parse(p, nums)
-        if not st then return bad(p.key) end
-        return st
-      end
+  -- exactly a.fields numbers, each digits only (so s + 0 reads it in decimal, as nat), read
+  -- with one anchored match.
+  local pre, n1, n2, n3, n4 = match(raw, STATE_FIELDS[a.fields])
+  if pre == p.params then
+    n1, n2 = n1 + 0, n2 + 0
+    if n3 then n3 = n3 + 0 end
+    if n4 then n4 = n4 + 0 end
+    if n1 <= MAX_EXACT and n2 <= MAX_EXACT and (not n3 or n3 <= MAX_EXACT)
+       and (not n4 or n4 <= MAX_EXACT) then
+      return a.parse(p, n1, n2, n3, n4) or bad(key)
     end
+    return bad(key)
   end
   -- Anything else: parameters written otherwise (carried over), or not a state at all.
   local parts = fields(raw, '|')
   local q = parse_params(parts[1])
-  if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(p.key) end
+  if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(key) end
   local nums = {}
   for i = 2, #parts do
     nums[i - 1] = nat(parts[i])
-    if not nums[i - 1] then return bad(p.key) end
+    if not nums[i - 1] then return bad(key) end
   end
-  local st = ALG[q.alg].parse(q, nums)
-  if not st then return bad(p.key) end
+  local st = ALG[q.alg].parse(q, nums[1], nums[2], nums[3], nums[4])
+  if not st then return bad(key) end
   if q.alg == p.alg and q.L == p.L and q.P == p.P and q.B == p.B then return st end
   local t = now
   if st.updated > t then t = st.updated end
@@ -273,90 +215,179 @@ local function load(p)
   return carry(q, p, st, t)
 end
 
-local function save(p, st, t, ttl)
-  store(p.key, p.params .. '|' .. ALG[p.alg].encode(st), ttl)
-  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, int(ttl)) end
+local function save(p, st, ttl)
+  store(p.key, ALG[p.alg].encode(p.params, st), ttl)
+  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
 end
 
-local function ttl_of(reset)
-  local ttl = dur_ceil(reset)
+-- The TTL of a key whose reset_after is reset: rounded up, at least min_ttl and 1 ms.
+local function ttl_of(min_ttl, reset)
+  local ttl = reset[1]
+  if reset[2] > 0 then ttl = ttl + 1 end
   if ttl < min_ttl then ttl = min_ttl end
   if ttl < 1 then ttl = 1 end
   return ttl
 end
 
-local states = {}
-if op == 'reset' then
-  -- Forget whatever the keys hold, garbage included: nothing is read.
-  for i, p in ipairs(policies) do
-    redis.call('DEL', p.key, p.logkey)
-    states[i] = ALG[p.alg].fresh()
-    p.now = now
-  end
-  bump()
-else
-  for i, p in ipairs(policies) do
-    local st = load(p)
-    if st.err then return redis.error_reply(st.err) end
-    -- A clock earlier than the key's last update: use the last update's time.
-    p.now = now
-    if st.updated > now then p.now = st.updated end
-    states[i] = st
-  end
-end
-
-if op == 'refund' then
-  -- Read every state (a sliding log's entries too) before anything changes.
+-- refund: read every state (a sliding log's entries too) before anything changes, bump the
+-- version, then as turnstile-core's refund: a carried-over state is stored (the old
+-- parameters' state is gone), then cost units go back, if there are any to give (refund
+-- returns nil when there is nothing: another window, an empty log). A state with nothing
+-- left in use is dropped. Returns an error reply, or nil.
+local function refund_all(cx, policies, states, cost)
   for i, p in ipairs(policies) do
     local r = ALG[p.alg].decide(p, states[i], p.now, 0)
-    if r.err then return redis.error_reply(r.err) end
+    if r.err then return r.err end
   end
-  bump()
-  -- As turnstile-core's refund: a carried-over state is stored (the old parameters' state is
-  -- gone), then cost units go back, if there are any to give (refund returns nil when there
-  -- is nothing: another window, an empty log). A state with nothing left in use is dropped.
+  bump(cx)
   for i, p in ipairs(policies) do
+    local a = ALG[p.alg]
     local st = nil
-    if cost > 0 then st = ALG[p.alg].refund(p, states[i], p.now, cost) end
+    if cost > 0 then st = a.refund(p, states[i], p.now, cost) end
     if not st and p.carried then st = states[i] end
     if st then
-      local r = ALG[p.alg].decide(p, st, p.now, 0)
-      if r.err then return redis.error_reply(r.err) end
+      local r = a.decide(p, st, p.now, 0)
+      if r.err then return r.err end
       if dur_ceil(r.reset) > 0 then
-        save(p, st, p.now, ttl_of(r.reset))
+        save(p, st, ttl_of(cx.min_ttl, r.reset))
         states[i] = st
       else
         -- nothing left in use: the key is fresh
         redis.call('DEL', p.key, p.logkey)
-        states[i] = ALG[p.alg].fresh()
+        states[i] = a.fresh()
       end
     end
   end
+  return nil
 end
 
-local c = cost
-if op ~= 'check' then c = 0 end
-local results, all = {}, true
-for i, p in ipairs(policies) do
-  local r = ALG[p.alg].decide(p, states[i], p.now, c)
-  if r.err then return redis.error_reply(r.err) end
-  results[i] = r
-  if r.allowed == 0 then all = false end
-end
+local function check(KEYS, ARGV)
+  local now
+  local t_arg = ARGV[1]
+  if t_arg == '' then
+    -- The server's own reply, two decimal integers (seconds, microseconds): read by
+    -- arithmetic directly, as nat would read them.
+    local t = redis.call('TIME')
+    local us = t[2] + 0
+    local r = us % 1000
+    now = t[1] * 1000 + (us - r) / 1000
+  else
+    now = nat(t_arg)
+  end
+  local cost, min_ttl, sets = nat(ARGV[2]), nat(ARGV[3]), nat(ARGV[7])
+  local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
+  if not now or not cost or not min_ttl or not sets
+     or (op ~= 'check' and op ~= 'refund' and op ~= 'reset') then
+    return redis.error_reply('TURNSTILE_ARGS malformed arguments')
+  end
 
-if c > 0 then
-  for i, p in ipairs(policies) do
-    if all then
-      local st = ALG[p.alg].admitted(p, states[i], p.now, results[i], c)
-      save(p, st, p.now, ttl_of(results[i].reset))
-    elseif results[i].allowed == 1 then
-      -- Denied overall: report this policy as if nothing were consumed.
-      local r = ALG[p.alg].decide(p, states[i], p.now, 0)
-      if r.err then return redis.error_reply(r.err) end
-      r.delay = ZERO
-      results[i] = r
+  -- The key's configuration. One that cannot be read decides nothing, not even a reset
+  -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
+  -- it.
+  local cfgkey = KEYS[1]
+  local cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
+  local problem
+  if cfg.err then
+    problem = 'not a hash (' .. cfg.err .. ')'
+  elseif cfg[1] or cfg[2] or cfg[3] then
+    problem = config_problem(cfg)
+  end
+  if problem then
+    return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. cfgkey
+      .. ': ' .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
+  end
+  local version = 0
+  if cfg[3] then version = cfg[3] + 0 end
+  local cx = {now = now, min_ttl = min_ttl, base = base, cfgkey = cfgkey, cfg = cfg,
+              version = version, applied = 0, tier = ''}
+
+  -- Which policies apply: the override, else the tier, else the unconfigured behaviour.
+  local policies
+  if cfg[1] then
+    policies, cx.applied = parse_override(cfg[1]), 1
+    for _, p in ipairs(policies) do keyed(base, p) end
+  else
+    local at, n
+    if cfg[2] then
+      at, n = find_set(ARGV, sets, cfg[2])
+      if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
+      if at then cx.applied, cx.tier = 2, cfg[2] end
+    end
+    if not at then
+      if mode == 'deny' then
+        cx.applied = 3
+      elseif mode == 'allow' then
+        cx.applied = 4
+      else
+        at, n = find_set(ARGV, sets, nil)
+        if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
+      end
+    end
+    if at then
+      local bad_at
+      policies, bad_at = policies_at(ARGV, base, at, n)
+      if not policies then
+        return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. bad_at)
+      end
     end
   end
+
+  if not policies then
+    if op ~= 'check' then bump(cx) end
+    return reply(cx, nil, {})
+  end
+
+  local states = {}
+  if op == 'reset' then
+    -- Forget whatever the keys hold, garbage included: nothing is read.
+    for i, p in ipairs(policies) do
+      redis.call('DEL', p.key, p.logkey)
+      states[i] = ALG[p.alg].fresh()
+      p.now = now
+    end
+    bump(cx)
+  else
+    for i, p in ipairs(policies) do
+      local st = load(p, now)
+      if st.err then return redis.error_reply(st.err) end
+      -- A clock earlier than the key's last update: use the last update's time.
+      p.now = now
+      if st.updated > now then p.now = st.updated end
+      states[i] = st
+    end
+  end
+
+  if op == 'refund' then
+    local err = refund_all(cx, policies, states, cost)
+    if err then return redis.error_reply(err) end
+  end
+
+  local c = cost
+  if op ~= 'check' then c = 0 end
+  local results, all = {}, true
+  for i, p in ipairs(policies) do
+    local r = ALG[p.alg].decide(p, states[i], p.now, c)
+    if r.err then return redis.error_reply(r.err) end
+    results[i] = r
+    if r.allowed == 0 then all = false end
+  end
+
+  if c > 0 then
+    for i, p in ipairs(policies) do
+      if all then
+        local st = ALG[p.alg].admitted(p, states[i], p.now, results[i], c)
+        save(p, st, ttl_of(min_ttl, results[i].reset))
+      elseif results[i].allowed == 1 then
+        -- Denied overall: report this policy as if nothing were consumed.
+        local r = ALG[p.alg].decide(p, states[i], p.now, 0)
+        if r.err then return redis.error_reply(r.err) end
+        r.delay = ZERO
+        results[i] = r
+      end
+    end
+  end
+
+  return reply(cx, policies, results)
 end
 
-return reply(results)
+return check(KEYS, ARGV)

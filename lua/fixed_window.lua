@@ -5,31 +5,30 @@
 MAKE[4] = function() return {
   fields = 3,
   fresh = function() return {updated = 0, w = -1, n = 0} end,
-  parse = function(q, n)
+  parse = function(q, updated, w, n)
     -- Written at updated_ms, so in its window; never more than L.
-    if n[2] ~= divmod(n[1], q.P) or n[3] > q.L then return nil end
-    return {updated = n[1], w = n[2], n = n[3]}
+    if w ~= divmod(updated, q.P) or n > q.L then return nil end
+    return {updated = updated, w = w, n = n}
   end,
   decide = function(p, st, now, c)
     local L = p.L
     local w, e = divmod(now, p.P)
     local n = 0
     if st.w == w then n = st.n end
+    -- reset_after: to the window's end once anything is counted in it
     local to_end = dur_ms(p.P - e)
-    local function reset(k)
-      if k > 0 then return to_end end
-      return ZERO
-    end
+    local reset = ZERO
+    if n > 0 then reset = to_end end
     local rem = L - n
     if rem < 0 then rem = 0 end
-    if c > L then return result(0, rem, nil, reset(n)) end
-    if c == 0 then return result(1, rem, ZERO, reset(n)) end
+    if c > L then return result(0, rem, nil, reset) end
+    if c == 0 then return result(1, rem, ZERO, reset) end
     if n <= L - c then
-      local r = result(1, L - n - c, ZERO, reset(n + c))
+      local r = result(1, L - n - c, ZERO, to_end)
       r.w, r.n = w, n + c
       return r
     end
-    return result(0, rem, to_end, reset(n))
+    return result(0, rem, to_end, reset)
   end,
   admitted = function(p, st, now, r) return {updated = now, w = r.w, n = r.n} end,
   refund = function(p, st, now, c)
@@ -39,5 +38,5 @@ MAKE[4] = function() return {
     if n < 0 then n = 0 end
     return {updated = now, w = w, n = n}
   end,
-  encode = function(st) return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.n) end,
+  encode = function(params, st) return format('%s|%.0f|%.0f|%.0f', params, st.updated, st.w, st.n) end,
 } end

@@ -6,24 +6,34 @@
 -- 2^53 - 1 and max(L, B) * P by 2^53 - 1, and every piece keeps its intermediates inside
 -- those bounds: a time plus a period can pass 2^53, so times are compared and subtracted
 -- before anything is added to them (now - t < P, never t + P > now), and no state holds an
--- absolute time plus a duration. Division is done with math.fmod, which is exact for
--- doubles, never with '/' followed by floor.
+-- absolute time plus a duration.
 --
--- Everything read from Redis is parsed strictly (nat, fields, policy_of): a value Lua's
--- tonumber happens to accept ('0x10', ' 1', '1e3', 'inf', '-0', '1.0') is invalid state,
--- reported as TURNSTILE_INVALID_STATE, never guessed at.
+-- Division: for integers 0 <= a <= 2^53 - 1 and b >= 1, Lua 5.1's a % b (a - floor(a / b) * b,
+-- computed inline by the VM, no function call) is exact. With q = floor of the true a / b and
+-- a = q * b + r, 0 <= r < b, the true quotient is at least 1 / b below q + 1, while the
+-- rounding of a / b moves it by at most half an ulp, which is below a / b * 2^-53 < 1 / b:
+-- so floor(a / b) is q, q * b <= a is exact, and so is a - q * b. (a - r) / b is then exact
+-- too (a multiple of b divided by b).
+--
+-- Everything read from Redis is parsed strictly (nat, the anchored state patterns,
+-- policy_of): a value Lua's tonumber happens to accept ('0x10', ' 1', '1e3', 'inf', '-0',
+-- '1.0') is invalid state, reported as TURNSTILE_INVALID_STATE, never guessed at. A string
+-- of digits only may then be turned into its number by arithmetic (s + 0: Lua reads it in
+-- decimal, as tonumber would, without a function call).
 
--- Exact integer division of a >= 0 by b > 0: quotient and remainder.
+local type, find, match, format = type, string.find, string.match, string.format
+
+-- Exact integer division of a >= 0 by b > 0: quotient and remainder (see above).
 local function divmod(a, b)
-  local r = math.fmod(a, b)
+  local r = a % b
   return (a - r) / b, r
 end
 
 -- ceil(a / b) for a >= 0, b > 0.
 local function ceildiv(a, b)
-  local q, r = divmod(a, b)
-  if r > 0 then q = q + 1 end
-  return q
+  local r = a % b
+  if r > 0 then return (a - r) / b + 1 end
+  return a / b
 end
 
 local function min(a, b)
@@ -34,8 +44,8 @@ end
 -- An exact duration in ms as {whole, num, den}: whole + num / den, 0 <= num < den.
 local ZERO = {0, 0, 1}
 local function dur(num, den)
-  local q, r = divmod(num, den)
-  return {q, r, den}
+  local r = num % den
+  return {(num - r) / den, r, den}
 end
 local function dur_ms(ms) return {ms, 0, 1} end
 -- whole ms rounded up, for PEXPIRE / SET PX
@@ -45,7 +55,7 @@ local function dur_ceil(d)
 end
 
 -- Integers as text, exactly (tostring would print 15+ digit numbers in exponent form).
-local function int(n) return string.format('%.0f', n) end
+local function int(n) return format('%.0f', n) end
 
 -- The contract's bounds (SEMANTICS.md "Inputs"; turnstile_core::policy's MAX_* constants).
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1: times, costs, max(L, B) * P
@@ -56,11 +66,11 @@ local MAX_PERIOD = 31536000000 -- 365 days in ms
 -- only (leading zeros allowed), else nil. Redis replies and arguments arrive as strings;
 -- anything else (nil, false) is not a number either.
 local function nat(s)
-  if type(s) ~= 'string' or not string.find(s, '^%d+$') then return nil end
-  -- Digits only, so tonumber reads them in decimal; a value of 2^53 or more rounds to a
+  if type(s) ~= 'string' or not find(s, '^%d+$') then return nil end
+  -- Digits only, so s + 0 reads them in decimal; a value of 2^53 or more rounds to a
   -- double of 2^53 or more (rounding is monotonic), never to one below.
-  local n = tonumber(s)
-  if not n or n > MAX_EXACT then return nil end
+  local n = s + 0
+  if n > MAX_EXACT then return nil end
   return n
 end
 
@@ -86,10 +96,12 @@ end
 local STATE_FORMAT = 'f2'
 
 -- A state's numbers after its parameters, by their count: digits only, '|' between them.
+-- The first capture is the parameters' text (anything up to the first '|'), compared with the
+-- policy's own as a whole string.
 local STATE_FIELDS = {
-  [2] = '^(%d+)|(%d+)$',
-  [3] = '^(%d+)|(%d+)|(%d+)$',
-  [4] = '^(%d+)|(%d+)|(%d+)|(%d+)$',
+  [2] = '^([^|]*)|(%d+)|(%d+)$',
+  [3] = '^([^|]*)|(%d+)|(%d+)|(%d+)$',
+  [4] = '^([^|]*)|(%d+)|(%d+)|(%d+)|(%d+)$',
 }
 
 -- The error of a policy's state that cannot be read (at key: its state or its log). A reset
@@ -184,8 +196,9 @@ local function config_problem(cfg)
   return nil
 end
 
+-- ttl: whole ms >= 1, a number (Redis writes a number argument with all its digits).
 local function store(key, value, ttl)
-  redis.call('SET', key, value, 'PX', int(ttl))
+  redis.call('SET', key, value, 'PX', ttl)
 end
 
 -- A policy's result. retry == nil means no wait can help ("never"). r.new, when set, is

@@ -15,9 +15,9 @@ local CHUNK = 128
 -- update, anything but "digits:digits").
 local function log_entry(p, st, s)
   if not s then return nil end
-  local f = fields(s, ':')
-  local t, c = nat(f[1]), nat(f[2])
-  if #f ~= 2 or not t or not c or c < 1 or t > st.updated then
+  local t, c = match(s, '^(%d+):(%d+)$')
+  if t then t, c = t + 0, c + 0 end
+  if not t or t > MAX_EXACT or c > MAX_EXACT or c < 1 or t > st.updated then
     return nil, nil, bad(p.logkey)
   end
   return t, c
@@ -38,10 +38,9 @@ end
 MAKE[5] = function() return {
   fields = 2,
   fresh = function() return {updated = 0, total = 0, fresh = true} end,
-  parse = function(q, n) return {updated = n[1], total = n[2]} end,
+  parse = function(q, updated, total) return {updated = updated, total = total} end,
   decide = function(p, st, now, c)
     local L, P = p.L, p.P
-    local function live(t) return now - t < P end
     -- Count the expired prefix (entries with now - time >= P).
     local expired_n, expired_cost = 0, 0
     local live_from = nil -- list entries from this index on are live
@@ -56,7 +55,7 @@ MAKE[5] = function() return {
         for j = 1, #chunk do
           local t, cost, e = log_entry(p, st, chunk[j])
           if e then return e end
-          if live(t) then live_from = i + j - 1; break end
+          if now - t < P then live_from = i + j - 1; break end
           expired_n, expired_cost = expired_n + 1, expired_cost + cost
         end
         i = i + CHUNK
@@ -70,15 +69,15 @@ MAKE[5] = function() return {
       if err then return err end
       newest = t
     end
-    local function until_expiry(t) return dur_ms(P - (now - t)) end
+    -- an entry logged at t expires P - (now - t) ms from now
     local reset = ZERO
-    if newest then reset = until_expiry(newest) end
+    if newest then reset = dur_ms(P - (now - newest)) end
     local rem = L - used
     if rem < 0 then rem = 0 end
     if c > L then return result(0, rem, nil, reset) end
     if c == 0 then return result(1, rem, ZERO, reset) end
     if used <= L - c then
-      local r = result(1, L - used - c, ZERO, until_expiry(now))
+      local r = result(1, L - used - c, ZERO, dur_ms(P))
       r.prune, r.total = expired_n, used + c
       return r
     end
@@ -94,7 +93,7 @@ MAKE[5] = function() return {
         local t, cost, e = log_entry(p, st, chunk[j])
         if e then return e end
         freed = freed + cost
-        if freed >= need then retry = until_expiry(t); i = nil; break end
+        if freed >= need then retry = dur_ms(P - (now - t)); i = nil; break end
       end
       if i then i = i + CHUNK end
     end
@@ -135,5 +134,5 @@ MAKE[5] = function() return {
     end
     return {updated = now, total = total}
   end,
-  encode = function(st) return int(st.updated) .. '|' .. int(st.total) end,
+  encode = function(params, st) return format('%s|%.0f|%.0f', params, st.updated, st.total) end,
 } end
