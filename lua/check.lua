@@ -2,7 +2,11 @@
 -- policies, or give quota back (refund), or forget its state (reset).
 --
 -- Composed after prelude.lua and the per-algorithm pieces (bucket.lua, gcra.lua,
--- fixed_window.lua, sliding_window.lua, sliding_log.lua) into one script, run with EVALSHA.
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua). It defines check(KEYS, ARGV),
+-- which the Rust side composes into both the Redis Function library (registered there
+-- and called with FCALL: every definition above runs once, at FUNCTION LOAD) and the
+-- EVALSHA script (the definitions, then `return check(KEYS, ARGV)`). Everything is local:
+-- a Function library may create or read no global at run time.
 --
 -- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
 --         t = its tier, v = its version. Every other key this call touches is
@@ -46,6 +50,9 @@
 -- ms, exactly. refund and reset answer as a query (cost 0)
 -- made after them.
 
+-- The body is not indented, so that it reads (and diffs) as the script it was.
+local function check(KEYS, ARGV)
+lazy_algorithms()
 local now
 if ARGV[1] == '' then
   -- The server's own reply, two decimal integers (seconds, microseconds): read with
@@ -360,3 +367,4 @@ if c > 0 then
 end
 
 return reply(results)
+end

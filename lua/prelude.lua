@@ -197,12 +197,18 @@ end
 
 -- The algorithms by id: ALG[id] is built by MAKE[id] the first time a call uses it, so a
 -- call creates the functions of the algorithms it runs, not of all six (with EVALSHA the
--- whole script runs again on every call).
+-- whole script runs again on every call; a Function library keeps them from call to call).
+-- The first call sets ALG's metatable (lazy_algorithms): loading a Function library offers
+-- no setmetatable.
 local MAKE = {}
-local ALG = setmetatable({}, {__index = function(t, id)
-  local make = MAKE[id]
-  if not make then return nil end
-  local a = make()
-  rawset(t, id, a)
-  return a
-end})
+local ALG = {}
+local function lazy_algorithms()
+  if getmetatable(ALG) then return end
+  setmetatable(ALG, {__index = function(t, id)
+    local make = MAKE[id]
+    if not make then return nil end
+    local a = make()
+    rawset(t, id, a)
+    return a
+  end})
+end

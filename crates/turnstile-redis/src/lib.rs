@@ -57,6 +57,7 @@ mod error;
 mod fault;
 mod health;
 mod keys;
+mod library;
 mod quotas;
 mod script;
 mod sentinel;

@@ -10,30 +10,48 @@ use turnstile_core::{
     Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
 };
 
-/// The Lua source of the check script (check, refund, reset): `lua/prelude.lua`, the
-/// per-algorithm pieces and `lua/check.lua`, concatenated in that order.
-pub const CHECK_SCRIPT: &str = concat!(
-    include_str!("../lua/prelude.lua"),
-    "\n",
-    include_str!("../lua/bucket.lua"),
-    "\n",
-    include_str!("../lua/gcra.lua"),
-    "\n",
-    include_str!("../lua/fixed_window.lua"),
-    "\n",
-    include_str!("../lua/sliding_window.lua"),
-    "\n",
-    include_str!("../lua/sliding_log.lua"),
-    "\n",
-    include_str!("../lua/check.lua"),
-);
+/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
+/// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
+macro_rules! check_definitions {
+    () => {
+        concat!(
+            include_str!("../lua/prelude.lua"),
+            "\n",
+            include_str!("../lua/bucket.lua"),
+            "\n",
+            include_str!("../lua/gcra.lua"),
+            "\n",
+            include_str!("../lua/fixed_window.lua"),
+            "\n",
+            include_str!("../lua/sliding_window.lua"),
+            "\n",
+            include_str!("../lua/sliding_log.lua"),
+            "\n",
+            include_str!("../lua/check.lua"),
+        )
+    };
+}
 
-/// The Lua source of the configuration script: `lua/prelude.lua` and `lua/config.lua`,
-/// concatenated in that order.
+/// The Lua source of the check script (check, refund, reset) run with `EVALSHA`:
+/// `lua/prelude.lua`, the per-algorithm pieces and `lua/check.lua`, concatenated in that
+/// order, then `return check(KEYS, ARGV)`.
+pub const CHECK_SCRIPT: &str = concat!(check_definitions!(), "\nreturn check(KEYS, ARGV)\n");
+
+/// The Lua source of the configuration script run with `EVALSHA`: `lua/prelude.lua` and
+/// `lua/config.lua`, concatenated in that order, then `return config(KEYS, ARGV)`.
 pub const CONFIG_SCRIPT: &str = concat!(
     include_str!("../lua/prelude.lua"),
     "\n",
     include_str!("../lua/config.lua"),
+    "\nreturn config(KEYS, ARGV)\n",
+);
+
+/// The body of the Redis Function library (see `library.rs`, which adds its `#!lua` line and
+/// registers `check` and `config`): the check script's definitions, then `lua/config.lua`.
+pub(crate) const LIBRARY_BODY: &str = concat!(
+    check_definitions!(),
+    "\n",
+    include_str!("../lua/config.lua")
 );
 
 pub(crate) fn check_script() -> Script {
