@@ -57,6 +57,7 @@ mod error;
 mod fault;
 mod health;
 mod keys;
+#[allow(dead_code)] // used by the backend from the next commit on
 mod library;
 mod quotas;
 mod script;
