@@ -57,7 +57,6 @@ mod error;
 mod fault;
 mod health;
 mod keys;
-#[allow(dead_code)] // used by the backend from the next commit on
 mod library;
 mod quotas;
 mod script;
@@ -71,5 +70,6 @@ pub use deadpool_redis::redis;
 pub use error::InvalidRedisConfig;
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
+pub use library::ScriptMode;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};

@@ -7,11 +7,17 @@
 //! name. Function names are global across a server's libraries, so its functions carry the
 //! library's name too: `<library>_check`, `<library>_config`.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use deadpool_redis::redis::{
+    self, Cmd, ErrorKind, RedisError, ServerErrorKind, ToRedisArgs, Value,
+};
 use sha2::{Digest, Sha256};
 
-use crate::script::LIBRARY_BODY;
+use crate::fault::{classify, Fault};
+use crate::script::{CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
+use crate::server::Query;
 
 /// Every library name begins with this.
 pub(crate) const LIBRARY_PREFIX: &str = "turnstile_";
@@ -91,6 +97,331 @@ pub(crate) fn release_of(name: &str) -> Option<u64> {
         && !hash.is_empty()
         && hash.bytes().all(|b| b.is_ascii_alphanumeric());
     well_formed.then(|| n.parse().ok()).flatten()
+}
+
+/// How a [`RedisBackend`](crate::RedisBackend) runs its Lua on Redis (see
+/// [`RedisBackendBuilder::script_mode`](crate::RedisBackendBuilder::script_mode)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ScriptMode {
+    /// Redis Functions where the node accepts them: the library is loaded once per node
+    /// (`FUNCTION LOAD`) and every call is an `FCALL`. A node that refuses `FUNCTION LOAD` or
+    /// `FCALL` (Redis before 7.0, an ACL without them, a proxy that does not pass them) is
+    /// run with `EVALSHA` instead, which is logged once per backend. The default.
+    #[default]
+    Auto,
+    /// `EVALSHA` only (the script is loaded with `SCRIPT LOAD` on `NOSCRIPT`), even on a node
+    /// that offers Functions.
+    Eval,
+}
+
+/// What a call runs: the check function (checks, refunds, resets) or the configuration one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    Check,
+    Config,
+}
+
+/// One call's keys and arguments, sent as `FCALL` or `EVALSHA` (see [`Scripts::invoke`]).
+#[derive(Debug)]
+pub(crate) struct Call {
+    which: Which,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    pub(crate) fn new(which: Which) -> Self {
+        Call {
+            which,
+            keys: Vec::with_capacity(1),
+            args: Vec::with_capacity(16),
+        }
+    }
+
+    /// Adds an argument (`ARGV[i]` in the Lua).
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Adds a key (`KEYS[i]` in the Lua).
+    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// `<command> <function or sha1> <key count> <keys...> <args...>`.
+    fn cmd(&self, command: &str, target: &str) -> Cmd {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(target)
+            .arg(self.keys.len())
+            .arg(&*self.keys)
+            .arg(&*self.args);
+        cmd
+    }
+}
+
+/// The path a node's calls take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Not known yet: the node's (or connection's) first call loads the library.
+    Unknown,
+    /// `FCALL`: the library is loaded.
+    Functions,
+    /// `EVALSHA`: the node refused Functions, or the backend runs scripts only.
+    Eval,
+}
+
+/// An `EVALSHA` script: its source and its SHA-1.
+#[derive(Debug)]
+struct Script {
+    code: &'static str,
+    sha1: String,
+}
+
+impl Script {
+    fn new(code: &'static str) -> Self {
+        Script {
+            code,
+            sha1: redis::Script::new(code).get_hash().to_owned(),
+        }
+    }
+}
+
+/// The Lua a backend runs and how: the library, the `EVALSHA` scripts, the mode.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    mode: ScriptMode,
+    library: &'static Library,
+    check: Script,
+    config: Script,
+    fallback_logged: AtomicBool,
+    loads: AtomicU64,
+}
+
+/// Whether `e` says FCALL's function does not exist on the node (a restart without
+/// persistence, `FUNCTION FLUSH`, a library deleted by another release): nothing ran.
+fn is_not_found(e: &RedisError) -> bool {
+    e.code() == Some("ERR")
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// Whether `e` says `FUNCTION LOAD` (or `FCALL`) is refused for good on this node: an error
+/// about the request rather than the node (`ERR unknown command` before Redis 7.0, `NOPERM`
+/// from an ACL, a proxy's refusal). `READONLY`, `LOADING`, `OOM` and the like are the node's
+/// state and handled as any call's.
+fn is_refusal(e: &RedisError) -> bool {
+    classify(e) == Fault::Request
+}
+
+fn already_exists(e: &RedisError) -> bool {
+    e.detail().is_some_and(|d| d.contains("already exists"))
+}
+
+async fn query(q: &mut impl Query, cmd: Cmd) -> Result<Value, RedisError> {
+    q.query(cmd).await.and_then(Value::extract_error)
+}
+
+/// The library names of a `FUNCTION LIST` reply (RESP2 arrays or RESP3 maps).
+fn library_names(reply: &Value) -> Vec<String> {
+    let Value::Array(libs) = reply else {
+        return Vec::new();
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    libs.iter()
+        .filter_map(|lib| {
+            let pairs: Vec<(&Value, &Value)> = match lib {
+                Value::Array(kv) => kv.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+                Value::Map(kv) => kv.iter().map(|(k, v)| (k, v)).collect(),
+                _ => return None,
+            };
+            pairs
+                .into_iter()
+                .find(|(k, _)| text(k).as_deref() == Some("library_name"))
+                .and_then(|(_, v)| text(v))
+        })
+        .collect()
+}
+
+impl Scripts {
+    pub(crate) fn new(mode: ScriptMode) -> Self {
+        Scripts {
+            mode,
+            library: library(),
+            check: Script::new(CHECK_SCRIPT),
+            config: Script::new(CONFIG_SCRIPT),
+            fallback_logged: AtomicBool::new(false),
+            loads: AtomicU64::new(0),
+        }
+    }
+
+    /// `FUNCTION LOAD`s and `SCRIPT LOAD`s sent so far.
+    pub(crate) fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
+    }
+
+    /// The path of a node whose calls took `known` so far.
+    pub(crate) fn path(&self, known: Path) -> Path {
+        match self.mode {
+            ScriptMode::Eval => Path::Eval,
+            _ => known,
+        }
+    }
+
+    /// Runs `call` on the node `q` reaches, whose calls took `path` so far: loads the
+    /// library first when the path is unknown (see [`Self::first_load`]); on `FCALL`'s
+    /// "Function not found" loads it and calls once more; on `NOSCRIPT` loads the script and
+    /// calls once more (neither first call ran anything). Returns the reply and the path
+    /// the node's next calls take.
+    pub(crate) async fn invoke(
+        &self,
+        q: &mut impl Query,
+        call: &Call,
+        path: Path,
+        node: &str,
+    ) -> (Result<Value, RedisError>, Path) {
+        let path = match self.path(path) {
+            Path::Unknown => match self.first_load(q, node).await {
+                Ok(p) => p,
+                Err(e) => return (Err(e), Path::Unknown),
+            },
+            p => p,
+        };
+        if path == Path::Eval {
+            return (self.evalsha(q, call).await, Path::Eval);
+        }
+        let lib = self.library;
+        let function = match call.which {
+            Which::Check => &lib.check,
+            Which::Config => &lib.config,
+        };
+        let fcall = call.cmd("FCALL", function);
+        match query(q, fcall.clone()).await {
+            Err(e) if is_not_found(&e) => {
+                tracing::debug!(node, library = %lib.name, "the Function library is missing: loading it");
+                match self.load(q).await {
+                    Ok(()) => (query(q, fcall).await, Path::Functions),
+                    Err(e) if is_refusal(&e) => {
+                        self.fell_back(node, &e);
+                        (self.evalsha(q, call).await, Path::Eval)
+                    }
+                    Err(e) => (Err(e), Path::Functions),
+                }
+            }
+            Err(e) if is_command_refused(&e) => {
+                // FCALL itself refused (an ACL, a proxy): nothing ran.
+                self.fell_back(node, &e);
+                (self.evalsha(q, call).await, Path::Eval)
+            }
+            r => (r, Path::Functions),
+        }
+    }
+
+    /// The first load on a node: the library unless `FUNCTION LIST` shows it there, and the
+    /// libraries of older releases (`turnstile_<M>_*`, `M` < [`RELEASE`]) deleted — never a
+    /// newer release's, nor another build's of this release (which of two builds is newer
+    /// cannot be told). Returns [`Path::Eval`] when the node refuses `FUNCTION LOAD`.
+    async fn first_load(&self, q: &mut impl Query, node: &str) -> Result<Path, RedisError> {
+        let lib = self.library;
+        let mut list = redis::cmd("FUNCTION");
+        list.arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(format!("{LIBRARY_PREFIX}*"));
+        let names = match query(q, list).await {
+            Ok(v) => Some(library_names(&v)),
+            // FUNCTION LIST refused (an ACL): load without looking, delete nothing.
+            Err(e) if is_refusal(&e) => None,
+            Err(e) => return Err(e),
+        };
+        if !names.as_ref().is_some_and(|n| n.contains(&lib.name)) {
+            match self.load(q).await {
+                Ok(()) => {}
+                Err(e) if is_refusal(&e) => {
+                    self.fell_back(node, &e);
+                    return Ok(Path::Eval);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for old in names.iter().flatten() {
+            if release_of(old).is_some_and(|m| m < RELEASE) {
+                let mut delete = redis::cmd("FUNCTION");
+                delete.arg("DELETE").arg(old);
+                match query(q, delete).await {
+                    Ok(_) => {
+                        tracing::info!(node, library = %old, "deleted the Function library of an older turnstile release")
+                    }
+                    Err(e) => {
+                        tracing::debug!(node, library = %old, error = %e, "could not delete an older Function library")
+                    }
+                }
+            }
+        }
+        Ok(Path::Functions)
+    }
+
+    /// `FUNCTION LOAD` of the library; one that exists already (another process loaded it)
+    /// is loaded.
+    async fn load(&self, q: &mut impl Query) -> Result<(), RedisError> {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg(&self.library.source);
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        match query(q, load).await {
+            Ok(_) => Ok(()),
+            Err(e) if already_exists(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn fell_back(&self, node: &str, e: &RedisError) {
+        if !self.fallback_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                node,
+                error = %e,
+                "Redis refused Redis Functions (FUNCTION LOAD or FCALL): running the scripts with EVALSHA on this node (logged once)"
+            );
+        }
+    }
+
+    /// `EVALSHA` of the call's script, loaded with `SCRIPT LOAD` on `NOSCRIPT` and called
+    /// once more.
+    async fn evalsha(&self, q: &mut impl Query, call: &Call) -> Result<Value, RedisError> {
+        let script = match call.which {
+            Which::Check => &self.check,
+            Which::Config => &self.config,
+        };
+        let eval = call.cmd("EVALSHA", &script.sha1);
+        match query(q, eval.clone()).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(script.code);
+                self.loads.fetch_add(1, Ordering::Relaxed);
+                query(q, load).await?;
+                query(q, eval).await
+            }
+            r => r,
+        }
+    }
+}
+
+/// Whether `e` says the command itself is refused on this node, so it ran nothing:
+/// `NOPERM` for the command (an ACL), `ERR unknown command` (Redis before 7.0), a proxy's
+/// "unsupported command". Not a script's error, nor `NOPERM` for a key.
+fn is_command_refused(e: &RedisError) -> bool {
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    match e.code() {
+        Some("NOPERM") => detail.contains("command"),
+        Some("ERR") => {
+            detail.starts_with("unknown command") || detail.starts_with("unsupported command")
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

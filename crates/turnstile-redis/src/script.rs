@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::{Script, ScriptInvocation, Value};
+use deadpool_redis::redis::Value;
 use turnstile_core::decision::exact_ms;
+
+use crate::library::Call;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
@@ -53,14 +55,6 @@ pub(crate) const LIBRARY_BODY: &str = concat!(
     "\n",
     include_str!("../lua/config.lua")
 );
-
-pub(crate) fn check_script() -> Script {
-    Script::new(CHECK_SCRIPT)
-}
-
-pub(crate) fn config_script() -> Script {
-    Script::new(CONFIG_SCRIPT)
-}
 
 /// The algorithm's id in the scripts (`ALG[id]` in `lua/`).
 ///
@@ -126,7 +120,7 @@ pub(crate) struct Sets<'a> {
 /// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
 /// implement (see [`algorithm_id`]); `inv` is then not to be invoked.
 pub(crate) fn check_args(
-    inv: &mut ScriptInvocation<'_>,
+    inv: &mut Call,
     base: &str,
     sets: Sets<'_>,
     op: Op,
