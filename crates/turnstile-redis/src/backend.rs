@@ -14,12 +14,13 @@ use turnstile_core::{
     Unconfigured,
 };
 
+use crate::call::{Call, Which};
 use crate::cluster::{slot_of, ClusterConn};
 use crate::conn::NodeConn;
 use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Change, Health, HealthConfig, NodeDown};
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
-use crate::library::{Call, Scripts, Which};
+use crate::library::Scripts;
 use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace

@@ -15,9 +15,10 @@ use deadpool_redis::redis::cluster_async::ClusterConnection;
 use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use deadpool_redis::redis::{self, Cmd, FromRedisValue, RedisError, Value};
 
+use crate::call::Call;
 use crate::conn::refused;
 use crate::fault::{Failed, Fault};
-use crate::library::{Call, Path, Scripts};
+use crate::library::{Path, Scripts};
 use crate::server::{Query, ServerChecks};
 
 /// Cluster hash slots.

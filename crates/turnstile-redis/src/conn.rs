@@ -19,8 +19,9 @@ use deadpool_redis::redis::{
 };
 use turnstile_core::BackendError;
 
+use crate::call::Call;
 use crate::fault::{Failed, Fault};
-use crate::library::{Call, Path, Scripts};
+use crate::library::{Path, Scripts};
 use crate::server::{Refused, ServerChecks};
 
 /// Where new connections come from.

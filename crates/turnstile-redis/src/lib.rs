@@ -51,6 +51,7 @@
 
 mod backend;
 mod builder;
+mod call;
 mod cluster;
 mod conn;
 mod error;

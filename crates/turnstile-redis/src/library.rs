@@ -10,11 +10,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use deadpool_redis::redis::{
-    self, Cmd, ErrorKind, RedisError, ServerErrorKind, ToRedisArgs, Value,
-};
+use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use sha2::{Digest, Sha256};
 
+use crate::call::{Call, Which};
 use crate::fault::{classify, Fault};
 use crate::script::{CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
 use crate::server::Query;
@@ -113,53 +112,6 @@ pub enum ScriptMode {
     /// `EVALSHA` only (the script is loaded with `SCRIPT LOAD` on `NOSCRIPT`), even on a node
     /// that offers Functions.
     Eval,
-}
-
-/// What a call runs: the check function (checks, refunds, resets) or the configuration one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Which {
-    Check,
-    Config,
-}
-
-/// One call's keys and arguments, sent as `FCALL` or `EVALSHA` (see [`Scripts::invoke`]).
-#[derive(Debug)]
-pub(crate) struct Call {
-    which: Which,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-}
-
-impl Call {
-    pub(crate) fn new(which: Which) -> Self {
-        Call {
-            which,
-            keys: Vec::with_capacity(1),
-            args: Vec::with_capacity(16),
-        }
-    }
-
-    /// Adds an argument (`ARGV[i]` in the Lua).
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
-    }
-
-    /// Adds a key (`KEYS[i]` in the Lua).
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
-    }
-
-    /// `<command> <function or sha1> <key count> <keys...> <args...>`.
-    fn cmd(&self, command: &str, target: &str) -> Cmd {
-        let mut cmd = redis::cmd(command);
-        cmd.arg(target)
-            .arg(self.keys.len())
-            .arg(&*self.keys)
-            .arg(&*self.args);
-        cmd
-    }
 }
 
 /// The path a node's calls take.

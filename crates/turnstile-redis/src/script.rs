@@ -6,7 +6,7 @@ use std::time::Duration;
 use deadpool_redis::redis::Value;
 use turnstile_core::decision::exact_ms;
 
-use crate::library::Call;
+use crate::call::Call;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
