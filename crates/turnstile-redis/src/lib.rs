@@ -71,6 +71,6 @@ pub use deadpool_redis::redis;
 pub use error::InvalidRedisConfig;
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
-pub use library::ScriptMode;
+pub use library::{library, FunctionLibrary, ScriptMode};
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};

@@ -14,7 +14,7 @@ use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind, V
 use sha2::{Digest, Sha256};
 
 use crate::call::{Call, Which};
-use crate::fault::{classify, Fault};
+use crate::fault::{classify, is_function_not_found as is_not_found, Fault};
 use crate::script::{CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
 use crate::server::Query;
 
@@ -51,26 +51,53 @@ const fn release(major: &str, minor: &str, patch: &str) -> u64 {
     major * 1_000_000 + minor * 1_000 + patch
 }
 
-/// The library this build loads.
+/// The Redis Function library this build loads (see [`library`]).
 #[derive(Debug)]
-pub(crate) struct Library {
-    /// `turnstile_<N>_<hash>`.
-    pub(crate) name: String,
-    /// The function `FCALL` calls for checks, refunds and resets.
-    pub(crate) check: String,
-    /// The function `FCALL` calls for configuration operations.
-    pub(crate) config: String,
-    /// What `FUNCTION LOAD` is given.
-    pub(crate) source: String,
+pub struct FunctionLibrary {
+    name: String,
+    check: String,
+    config: String,
+    source: String,
 }
 
-/// The library this build loads (composed once).
-pub(crate) fn library() -> &'static Library {
-    static LIBRARY: OnceLock<Library> = OnceLock::new();
+impl FunctionLibrary {
+    /// The library's name, `turnstile_<N>_<hash>`: `N` this release as one number
+    /// (`major · 10^6 + minor · 10^3 + patch` of the crate's version; 0.1.0 is 1000), `hash`
+    /// the first 12 hex digits of the SHA-256 of the library's Lua, so builds with different
+    /// Lua never share a name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The function checks, refunds and resets call (`<library>_check`), with the check
+    /// script's keys and arguments (see `lua/check.lua`).
+    pub fn check_function(&self) -> &str {
+        &self.check
+    }
+
+    /// The function configuration operations call (`<library>_config`; see
+    /// `lua/config.lua`).
+    pub fn config_function(&self) -> &str {
+        &self.config
+    }
+
+    /// The source `FUNCTION LOAD` is given: a `#!lua name=` line, the same Lua as
+    /// [`CHECK_SCRIPT`](crate::CHECK_SCRIPT) and [`CONFIG_SCRIPT`](crate::CONFIG_SCRIPT)
+    /// without their last lines, and the two functions' registration.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// The Redis Function library this build loads, composed once: what a
+/// [`RedisBackend`](crate::RedisBackend) in [`ScriptMode::Auto`] loads on each node, and
+/// what tools and benchmarks can `FUNCTION LOAD` and `FCALL` themselves.
+pub fn library() -> &'static FunctionLibrary {
+    static LIBRARY: OnceLock<FunctionLibrary> = OnceLock::new();
     LIBRARY.get_or_init(|| compose(RELEASE, LIBRARY_BODY))
 }
 
-fn compose(release: u64, body: &str) -> Library {
+fn compose(release: u64, body: &str) -> FunctionLibrary {
     let digest = Sha256::digest(body.as_bytes());
     let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
     let name = format!("{LIBRARY_PREFIX}{release}_{hash}");
@@ -79,7 +106,7 @@ fn compose(release: u64, body: &str) -> Library {
         "#!lua name={name}\n{body}\nredis.register_function('{check}', check)\n\
          redis.register_function('{config}', config)\n"
     );
-    Library {
+    FunctionLibrary {
         name,
         check,
         config,
@@ -145,19 +172,11 @@ impl Script {
 #[derive(Debug)]
 pub(crate) struct Scripts {
     mode: ScriptMode,
-    library: &'static Library,
+    library: &'static FunctionLibrary,
     check: Script,
     config: Script,
     fallback_logged: AtomicBool,
     loads: AtomicU64,
-}
-
-/// Whether `e` says FCALL's function does not exist on the node (a restart without
-/// persistence, `FUNCTION FLUSH`, a library deleted by another release): nothing ran.
-fn is_not_found(e: &RedisError) -> bool {
-    e.code() == Some("ERR")
-        && e.detail()
-            .is_some_and(|d| d.starts_with("Function not found"))
 }
 
 /// Whether `e` says `FUNCTION LOAD` (or `FCALL`) is refused for good on this node: an error
