@@ -38,11 +38,17 @@ pub(crate) enum Target {
 /// A [`Backend`] in Redis — a single node, a Cluster, or the primary Redis Sentinel names
 /// (feature `sentinel`) — so every process of a fleet enforces one limit.
 ///
-/// Each check is **one** `EVALSHA` of the check script (composed from the files in `lua/`)
-/// with one key per policy, all in one Cluster slot: all-or-nothing and atomic across every
-/// process. Time comes from the Redis server's `TIME`, so nodes with skewed clocks agree.
-/// [`redis::Script`](https://docs.rs/redis/latest/redis/struct.Script.html) reloads the script after `NOSCRIPT` (a restart, a failover,
-/// `SCRIPT FLUSH`).
+/// Each check is **one** call of the check function (composed from the files in `lua/`) whose
+/// keys are all in one Cluster slot: all-or-nothing and atomic across every process. On Redis
+/// 7 the call is an `FCALL` of turnstile's Redis Function library
+/// ([`library`](crate::library())), loaded with `FUNCTION LOAD` once per node, so the Lua's
+/// definitions run once, not on every call; where Functions are refused (Redis before 7.0,
+/// an ACL, a proxy) it is an `EVALSHA` of the same Lua (see [`ScriptMode`](crate::ScriptMode)).
+/// A library or script lost to a restart, a failover or a flush (`FUNCTION FLUSH`, `SCRIPT
+/// FLUSH`) is loaded again and the call made once more. At its first load on a node the
+/// backend deletes the libraries of older releases, never a newer one's, so a rolling deploy
+/// works both ways. Time comes from the Redis server's `TIME`, so nodes with skewed clocks
+/// agree.
 ///
 /// Keys are `<prefix>:{<client key>}:<policy name>` (see [`KeyEncoding`]); each carries a TTL
 /// equal to its `reset_after` rounded up, so idle keys cost no memory. The stored state

@@ -25,7 +25,10 @@
 //! }
 //! ```
 //!
-//! Every decision is made by one atomic Lua script (the files in `lua/`, composed into one),
+//! Every decision is made by one atomic call of turnstile's Lua (the files in `lua/`): an
+//! `FCALL` of its Redis Function library ([`library()`]) on Redis 7, an `EVALSHA` of the same
+//! Lua composed into one script ([`CHECK_SCRIPT`]) where Functions are refused or
+//! [`ScriptMode::Eval`] asks for it,
 //! following the project's `SEMANTICS.md` exactly, as the in-memory backend does: the two
 //! give the same decisions for the same requests at the same times. Lua numbers are doubles,
 //! so the scripts keep every intermediate below 2^53 and divide with `math.fmod`.
