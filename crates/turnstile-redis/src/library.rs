@@ -272,12 +272,12 @@ impl Scripts {
             Which::Check => &lib.check,
             Which::Config => &lib.config,
         };
-        let fcall = call.cmd("FCALL", function);
-        match query(q, fcall.clone()).await {
+        // The command is built again for a second try rather than cloned for every call.
+        match query(q, call.cmd("FCALL", function)).await {
             Err(e) if is_not_found(&e) => {
                 tracing::debug!(node, library = %lib.name, "the Function library is missing: loading it");
                 match self.load(q).await {
-                    Ok(()) => (query(q, fcall).await, Path::Functions),
+                    Ok(()) => (query(q, call.cmd("FCALL", function)).await, Path::Functions),
                     Err(e) if is_refusal(&e) => {
                         self.fell_back(node, &e);
                         (self.evalsha(q, call).await, Path::Eval)
@@ -367,14 +367,13 @@ impl Scripts {
             Which::Check => &self.check,
             Which::Config => &self.config,
         };
-        let eval = call.cmd("EVALSHA", &script.sha1);
-        match query(q, eval.clone()).await {
+        match query(q, call.cmd("EVALSHA", &script.sha1)).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let mut load = redis::cmd("SCRIPT");
                 load.arg("LOAD").arg(script.code);
                 self.loads.fetch_add(1, Ordering::Relaxed);
                 query(q, load).await?;
-                query(q, eval).await
+                query(q, call.cmd("EVALSHA", &script.sha1)).await
             }
             r => r,
         }
@@ -414,6 +413,69 @@ mod tests {
         assert_eq!(compose(RELEASE, LIBRARY_BODY).name, lib.name);
         assert_eq!(release("0", "1", "0"), 1000);
         assert!(release("1", "0", "0") > release("0", "999", "999"));
+    }
+
+    /// The error of a server reply such as `-NOPERM ...`.
+    fn reply(line: &str) -> RedisError {
+        match redis::parse_redis_value(format!("{line}\r\n").as_bytes()).unwrap() {
+            v @ Value::ServerError(_) => v.extract_error().unwrap_err(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_are_told_from_script_errors_and_node_states() {
+        for line in [
+            "-ERR unknown command 'FCALL', with args beginning with: 'f' '1' ",
+            "-ERR unknown command 'FUNCTION', with args beginning with: 'LOAD' ",
+            "-NOPERM this user has no permissions to run the 'fcall' command",
+            "-NOPERM this user has no permissions to run the 'function|load' command",
+        ] {
+            let e = reply(line);
+            assert!(is_command_refused(&e) && is_refusal(&e), "{line}");
+        }
+        for line in [
+            "-TURNSTILE_ARGS malformed arguments",
+            "-TURNSTILE_INVALID_STATE invalid state at k",
+            "-ERR user_function:12: Script attempted to access nonexistent global variable 'x'",
+            "-NOPERM this user has no permissions to access one of the keys used as arguments",
+        ] {
+            assert!(!is_command_refused(&reply(line)), "{line}");
+        }
+        for line in [
+            "-READONLY You can't write against a read only replica.",
+            "-LOADING Redis is loading the dataset in memory",
+            "-OOM command not allowed when used memory > 'maxmemory'.",
+            "-ERR Function not found",
+        ] {
+            let e = reply(line);
+            assert!(!is_refusal(&e) && !is_command_refused(&e), "{line}");
+        }
+        assert!(is_not_found(&reply("-ERR Function not found")));
+        assert!(already_exists(&reply(
+            "-ERR Library 'turnstile_1000_abc' already exists"
+        )));
+    }
+
+    #[test]
+    fn function_list_replies_give_the_library_names_in_both_protocols() {
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![
+            Value::Array(vec![
+                s("library_name"),
+                s("turnstile_1000_abc"),
+                s("engine"),
+                s("LUA"),
+            ]),
+            Value::Array(vec![s("engine"), s("LUA"), s("library_name"), s("other")]),
+        ]);
+        assert_eq!(library_names(&resp2), ["turnstile_1000_abc", "other"]);
+        let resp3 = Value::Array(vec![Value::Map(vec![
+            (s("library_name"), s("turnstile_7_x")),
+            (s("engine"), s("LUA")),
+        ])]);
+        assert_eq!(library_names(&resp3), ["turnstile_7_x"]);
+        assert!(library_names(&Value::Nil).is_empty());
     }
 
     #[test]
