@@ -2,7 +2,11 @@
 -- policies, or give quota back (refund), or forget its state (reset).
 --
 -- Composed after prelude.lua and the per-algorithm pieces (bucket.lua, gcra.lua,
--- fixed_window.lua, sliding_window.lua, sliding_log.lua) into one script, run with EVALSHA.
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua). It defines check(KEYS, ARGV),
+-- which the Rust side composes into both the Redis Function library (registered there
+-- and called with FCALL: every definition above runs once, at FUNCTION LOAD) and the
+-- EVALSHA script (the definitions, then `return check(KEYS, ARGV)`). Everything is local:
+-- a Function library may create or read no global at run time.
 --
 -- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
 --         t = its tier, v = its version. Every other key this call touches is
@@ -54,6 +58,7 @@
 -- params is the text its state begins with: the arguments as they came when they are
 -- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
 local function keyed(base, p, params)
+  p.a = algorithm(p.alg)
   p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
   p.key = base .. ':' .. STATE_FORMAT .. ':' .. p.name
   p.logkey = base .. '~log:' .. STATE_FORMAT .. ':' .. p.name
@@ -132,7 +137,7 @@ end
 
 -- A fresh state of p's algorithm, last updated at t.
 local function fresh_at(p, t)
-  local f = ALG[p.alg].fresh()
+  local f = p.a.fresh()
   f.updated = t
   return f
 end
@@ -180,7 +185,7 @@ end
 local function load(p, now)
   local key = p.key
   local raw = redis.pcall('GET', key)
-  local a = ALG[p.alg]
+  local a = p.a
   if not raw then return a.fresh() end
   if type(raw) ~= 'string' then return bad(key, raw.err) end
   -- The common case: written under p's own parameters (as p.params spells them), then
@@ -200,13 +205,13 @@ local function load(p, now)
   -- Anything else: parameters written otherwise (carried over), or not a state at all.
   local parts = fields(raw, '|')
   local q = parse_params(parts[1])
-  if not q or #parts ~= ALG[q.alg].fields + 1 then return bad(key) end
+  if not q or #parts ~= algorithm(q.alg).fields + 1 then return bad(key) end
   local nums = {}
   for i = 2, #parts do
     nums[i - 1] = nat(parts[i])
     if not nums[i - 1] then return bad(key) end
   end
-  local st = ALG[q.alg].parse(q, nums[1], nums[2], nums[3], nums[4])
+  local st = algorithm(q.alg).parse(q, nums[1], nums[2], nums[3], nums[4])
   if not st then return bad(key) end
   if q.alg == p.alg and q.L == p.L and q.P == p.P and q.B == p.B then return st end
   local t = now
@@ -216,7 +221,7 @@ local function load(p, now)
 end
 
 local function save(p, st, ttl)
-  store(p.key, ALG[p.alg].encode(p.params, st), ttl)
+  store(p.key, p.a.encode(p.params, st), ttl)
   if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
 end
 
@@ -236,12 +241,12 @@ end
 -- left in use is dropped. Returns an error reply, or nil.
 local function refund_all(cx, policies, states, cost)
   for i, p in ipairs(policies) do
-    local r = ALG[p.alg].decide(p, states[i], p.now, 0)
+    local r = p.a.decide(p, states[i], p.now, 0)
     if r.err then return r.err end
   end
   bump(cx)
   for i, p in ipairs(policies) do
-    local a = ALG[p.alg]
+    local a = p.a
     local st = nil
     if cost > 0 then st = a.refund(p, states[i], p.now, cost) end
     if not st and p.carried then st = states[i] end
@@ -342,7 +347,7 @@ local function check(KEYS, ARGV)
     -- Forget whatever the keys hold, garbage included: nothing is read.
     for i, p in ipairs(policies) do
       redis.call('DEL', p.key, p.logkey)
-      states[i] = ALG[p.alg].fresh()
+      states[i] = p.a.fresh()
       p.now = now
     end
     bump(cx)
@@ -366,7 +371,7 @@ local function check(KEYS, ARGV)
   if op ~= 'check' then c = 0 end
   local results, all = {}, true
   for i, p in ipairs(policies) do
-    local r = ALG[p.alg].decide(p, states[i], p.now, c)
+    local r = p.a.decide(p, states[i], p.now, c)
     if r.err then return redis.error_reply(r.err) end
     results[i] = r
     if r.allowed == 0 then all = false end
@@ -375,11 +380,11 @@ local function check(KEYS, ARGV)
   if c > 0 then
     for i, p in ipairs(policies) do
       if all then
-        local st = ALG[p.alg].admitted(p, states[i], p.now, results[i], c)
+        local st = p.a.admitted(p, states[i], p.now, results[i], c)
         save(p, st, ttl_of(min_ttl, results[i].reset))
       elseif results[i].allowed == 1 then
         -- Denied overall: report this policy as if nothing were consumed.
-        local r = ALG[p.alg].decide(p, states[i], p.now, 0)
+        local r = p.a.decide(p, states[i], p.now, 0)
         if r.err then return redis.error_reply(r.err) end
         r.delay = ZERO
         results[i] = r
@@ -389,5 +394,3 @@ local function check(KEYS, ARGV)
 
   return reply(cx, policies, results)
 end
-
-return check(KEYS, ARGV)

@@ -208,14 +208,18 @@ local function result(allowed, remaining, retry, reset, delay)
           delay = delay or ZERO}
 end
 
--- The algorithms by id: ALG[id] is built by MAKE[id] the first time a call uses it, so a
--- call creates the functions of the algorithms it runs, not of all six (with EVALSHA the
--- whole script runs again on every call).
-local MAKE = {}
-local ALG = setmetatable({}, {__index = function(t, id)
+-- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call
+-- uses it, so a call creates the functions of the algorithms it runs, not of all six (with
+-- EVALSHA the whole script runs again on every call; a Function library keeps them from call
+-- to call). A plain function, not a metatable: loading a Function library offers no
+-- setmetatable. nil for an id no algorithm has.
+local MAKE, ALG = {}, {}
+local function algorithm(id)
+  local a = ALG[id]
+  if a then return a end
   local make = MAKE[id]
   if not make then return nil end
-  local a = make()
-  rawset(t, id, a)
+  a = make()
+  ALG[id] = a
   return a
-end})
+end

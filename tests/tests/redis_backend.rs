@@ -11,8 +11,8 @@ use turnstile_core::{
     Policy, Unconfigured,
 };
 use turnstile_core::{FailurePolicy, Quotas};
-use turnstile_redis::{redis, KeyEncoding, RedisBackend};
-use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
+use turnstile_redis::{redis, KeyEncoding, RedisBackend, ScriptMode};
+use turnstile_tests::redis_server::{command, command_calls, RedisCluster, RedisServer, TestRedis};
 
 fn prefix(test: &str) -> String {
     format!("turnstile:test:{test}:{}", std::process::id())
@@ -66,7 +66,28 @@ fn vector_policy(v: &Value) -> Policy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_vector_decides_on_redis_exactly_as_in_memory() {
-    let redis = TestRedis::get();
+    // Through both paths: Redis Functions (FCALL, the default on Redis 7) and EVALSHA
+    // (forced), each on a server of its own so its command counts show which path ran.
+    for mode in [ScriptMode::Auto, ScriptMode::Eval] {
+        let server = RedisServer::start();
+        let requests = run_every_vector(&server.url(), mode).await;
+        let (fcall, evalsha) = (
+            command_calls(server.port(), "fcall"),
+            command_calls(server.port(), "evalsha"),
+        );
+        match mode {
+            ScriptMode::Auto => assert_eq!((fcall, evalsha), (requests, 0), "{mode:?}"),
+            _ => {
+                assert_eq!(fcall, 0, "{mode:?}");
+                assert!(evalsha >= requests, "{mode:?}: {evalsha} EVALSHA");
+            }
+        }
+    }
+}
+
+/// Runs every vector on Redis at `url` with `mode` and on the in-memory backend, comparing
+/// every decision; returns the number of requests.
+async fn run_every_vector(url: &str, mode: ScriptMode) -> u64 {
     let files = vector_files();
     assert!(files.len() >= 31, "only {} vectors found", files.len());
     let mut requests = 0;
@@ -76,7 +97,12 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
             Some(ps) => ps.as_array().unwrap().iter().map(vector_policy).collect(),
             None => vec![vector_policy(&v["policy"])],
         };
-        let on_redis = backend(redis.url(), &format!("vec{i}"));
+        let on_redis = RedisBackend::builder(url)
+            .prefix(prefix(&format!("vec{i}")))
+            .timeout(Duration::from_secs(5))
+            .script_mode(mode)
+            .build()
+            .unwrap();
         let memory = MemoryBackend::new();
         for r in v["requests"].as_array().unwrap() {
             let t = r["t_ms"].as_u64().unwrap();
@@ -90,7 +116,7 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
             assert_eq!(
                 got,
                 want,
-                "{} at t={t} key={key:?} cost={cost}",
+                "{mode:?}: {} at t={t} key={key:?} cost={cost}",
                 path.display()
             );
             requests += 1;
@@ -98,9 +124,10 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
         on_redis.delete_prefix().await.unwrap();
     }
     eprintln!(
-        "{} vectors, {requests} requests: Redis == memory",
+        "{mode:?}: {} vectors, {requests} requests: Redis == memory",
         files.len()
     );
+    requests
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -726,36 +753,51 @@ async fn redis_killed_mid_run_follows_each_failure_policy_within_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_and_script_flush_reload_the_script_on_the_next_call() {
-    let mut server = RedisServer::start();
-    let clock = ManualClock::new(0);
-    let b = RedisBackend::builder(server.url())
-        .prefix(prefix("reload"))
-        .timeout(Duration::from_secs(2))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let pol = [p("gcra:limit=10,period=1m,name=g")];
-    assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 9);
+    // Both paths: the Function library (FUNCTION FLUSH) and the EVALSHA script (SCRIPT FLUSH).
+    for (mode, flush) in [
+        (ScriptMode::Auto, "FUNCTION FLUSH"),
+        (ScriptMode::Eval, "SCRIPT FLUSH"),
+    ] {
+        let mut server = RedisServer::start();
+        let clock = ManualClock::new(0);
+        let b = RedisBackend::builder(server.url())
+            .prefix(prefix("reload"))
+            .timeout(Duration::from_secs(2))
+            .clock(clock.clone())
+            .script_mode(mode)
+            .build()
+            .unwrap();
+        let pol = [p("gcra:limit=10,period=1m,name=g")];
+        assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 9);
+        let loads = b.stats().script_loads;
 
-    assert!(command(server.port(), "SCRIPT FLUSH")
-        .unwrap()
-        .starts_with("+OK"));
-    assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 8);
+        assert!(command(server.port(), flush).unwrap().starts_with("+OK"));
+        assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 8);
+        assert_eq!(b.stats().script_loads, loads + 1, "{mode:?}: reloaded once");
 
-    server.restart();
-    // The pool's old connection died with the server; the next call that reaches Redis
-    // reconnects and reloads the script. (A call may fail once while the pool notices the
-    // dead connection; then the retry interval, timed on the local clock, passes.)
-    let mut result = b.check("k", &pol, 1).await;
-    if result.is_err() {
-        clock.advance(Duration::from_secs(2));
-        result = b.check("k", &pol, 1).await;
+        server.restart();
+        // The pool's old connection died with the server; the next call that reaches Redis
+        // reconnects and reloads the script. (A call may fail once while the pool notices
+        // the dead connection; then the retry interval, timed on the local clock, passes.)
+        let mut result = b.check("k", &pol, 1).await;
+        if result.is_err() {
+            clock.advance(Duration::from_secs(2));
+            result = b.check("k", &pol, 1).await;
+        }
+        assert_eq!(
+            result.unwrap().remaining(),
+            9,
+            "{mode:?}: fresh state after the restart"
+        );
+        let (fcall, evalsha) = (
+            command_calls(server.port(), "fcall"),
+            command_calls(server.port(), "evalsha"),
+        );
+        match mode {
+            ScriptMode::Auto => assert_eq!((fcall, evalsha), (1, 0), "{mode:?}"),
+            _ => assert_eq!(fcall, 0, "{mode:?}"),
+        }
     }
-    assert_eq!(
-        result.unwrap().remaining(),
-        9,
-        "fresh state after the restart"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

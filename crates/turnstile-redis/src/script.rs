@@ -3,46 +3,58 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::{Script, ScriptInvocation, Value};
+use deadpool_redis::redis::Value;
 use turnstile_core::decision::exact_ms;
+
+use crate::call::Call;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
 };
 
-/// The Lua source of the check script (check, refund, reset): `lua/prelude.lua`, the
-/// per-algorithm pieces and `lua/check.lua`, concatenated in that order.
-pub const CHECK_SCRIPT: &str = concat!(
-    include_str!("../lua/prelude.lua"),
-    "\n",
-    include_str!("../lua/bucket.lua"),
-    "\n",
-    include_str!("../lua/gcra.lua"),
-    "\n",
-    include_str!("../lua/fixed_window.lua"),
-    "\n",
-    include_str!("../lua/sliding_window.lua"),
-    "\n",
-    include_str!("../lua/sliding_log.lua"),
-    "\n",
-    include_str!("../lua/check.lua"),
-);
+/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
+/// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
+macro_rules! check_definitions {
+    () => {
+        concat!(
+            include_str!("../lua/prelude.lua"),
+            "\n",
+            include_str!("../lua/bucket.lua"),
+            "\n",
+            include_str!("../lua/gcra.lua"),
+            "\n",
+            include_str!("../lua/fixed_window.lua"),
+            "\n",
+            include_str!("../lua/sliding_window.lua"),
+            "\n",
+            include_str!("../lua/sliding_log.lua"),
+            "\n",
+            include_str!("../lua/check.lua"),
+        )
+    };
+}
 
-/// The Lua source of the configuration script: `lua/prelude.lua` and `lua/config.lua`,
-/// concatenated in that order.
+/// The Lua source of the check script (check, refund, reset) run with `EVALSHA`:
+/// `lua/prelude.lua`, the per-algorithm pieces and `lua/check.lua`, concatenated in that
+/// order, then `return check(KEYS, ARGV)`.
+pub const CHECK_SCRIPT: &str = concat!(check_definitions!(), "\nreturn check(KEYS, ARGV)\n");
+
+/// The Lua source of the configuration script run with `EVALSHA`: `lua/prelude.lua` and
+/// `lua/config.lua`, concatenated in that order, then `return config(KEYS, ARGV)`.
 pub const CONFIG_SCRIPT: &str = concat!(
     include_str!("../lua/prelude.lua"),
     "\n",
     include_str!("../lua/config.lua"),
+    "\nreturn config(KEYS, ARGV)\n",
 );
 
-pub(crate) fn check_script() -> Script {
-    Script::new(CHECK_SCRIPT)
-}
-
-pub(crate) fn config_script() -> Script {
-    Script::new(CONFIG_SCRIPT)
-}
+/// The body of the Redis Function library (see `library.rs`, which adds its `#!lua` line and
+/// registers `check` and `config`): the check script's definitions, then `lua/config.lua`.
+pub(crate) const LIBRARY_BODY: &str = concat!(
+    check_definitions!(),
+    "\n",
+    include_str!("../lua/config.lua")
+);
 
 /// The algorithm's id in the scripts (`ALG[id]` in `lua/`).
 ///
@@ -108,7 +120,7 @@ pub(crate) struct Sets<'a> {
 /// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
 /// implement (see [`algorithm_id`]); `inv` is then not to be invoked.
 pub(crate) fn check_args(
-    inv: &mut ScriptInvocation<'_>,
+    inv: &mut Call,
     base: &str,
     sets: Sets<'_>,
     op: Op,
