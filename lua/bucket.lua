@@ -23,21 +23,33 @@ local function debt_now(q, st, now)
   return min(D, q.B * q.P)
 end
 
--- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now).
-local function debt_decide(p, D, c, leaky)
+-- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now),
+-- written at out[o + 1 ..]: retry (-1: never), remaining, reset, and for the leaky bucket
+-- delay, each duration as its numerator over L (D / L ms and the like: exact, at most
+-- B * P). Returns whether it admits and reset_after in whole ms rounded up; p.after is the
+-- debt to store when it admits c > 0.
+local function debt_decide(p, D, c, leaky, out, o)
   local L, P, B = p.L, p.P, p.B
-  if c > B then return result(0, B - ceildiv(D, P), nil, dur(D, L)) end
-  local delay = ZERO
-  if leaky then delay = dur(D, L) end
-  if c == 0 then return result(1, B - ceildiv(D, P), ZERO, dur(D, L), delay) end
-  local room = (B - c) * P
-  if D <= room then
-    local after = D + c * P
-    local r = result(1, B - ceildiv(after, P), ZERO, dur(after, L), delay)
-    r.after = after
-    return r
+  local retry, after, delay = -1, D, 0
+  if c == 0 then
+    retry, delay = 0, D
+  elseif c <= B then
+    local room = (B - c) * P
+    if D <= room then
+      after = D + c * P
+      retry, delay, p.after = 0, D, after
+    else
+      retry = D - room
+    end
   end
-  return result(0, B - ceildiv(D, P), dur(D - room, L), dur(D, L))
+  local r = after % P
+  local used = (after - r) / P
+  if r > 0 then used = used + 1 end
+  out[o + 1], out[o + 2], out[o + 3] = retry, B - used, after
+  if leaky then out[o + 4] = delay end
+  r = after % L
+  if r > 0 then return retry == 0, (after - r) / L + 1 end
+  return retry == 0, after / L
 end
 
 -- A bucket state of policy p holding debt D at now. The GCRA's TAT is kept relative to now
@@ -52,17 +64,20 @@ local function debt_state(p, D, now)
 end
 
 local function bucket(leaky)
+  local width = 3
+  if leaky then width = 4 end
   return {
     fields = 2,
+    width = width,
     fresh = function() return {updated = 0, debt = 0} end,
     parse = function(q, updated, debt)
       if debt > q.B * q.P then return nil end
       return {updated = updated, debt = debt}
     end,
-    decide = function(p, st, now, c)
-      return debt_decide(p, debt_now(p, st, now), c, leaky)
+    decide = function(p, st, now, c, out, o)
+      return debt_decide(p, debt_now(p, st, now), c, leaky, out, o)
     end,
-    admitted = function(p, st, now, r) return debt_state(p, r.after, now) end,
+    admitted = function(p, st, now) return debt_state(p, p.after, now) end,
     refund = function(p, st, now, c)
       local D = debt_now(p, st, now) - min(c, p.B) * p.P
       if D < 0 then D = 0 end

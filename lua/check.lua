@@ -42,44 +42,74 @@
 -- policy's state cannot (see load). reset reads no state: it deletes whatever the applying
 -- policies' keys hold, so it repairs a key holding garbage.
 --
--- Returns {now, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited), tier name
--- or '', version, N, then per policy: [alg, L, P, B, name: only for an override, whose
--- policies the caller does not know; the defaults' and a tier's are the caller's own, in
--- the order it sent them] allowed, remaining, retry whole ms (-1: never), retry num, retry
--- den, reset whole, num, den, delay whole, num, den}: each duration is whole + num / den
--- ms, exactly. refund and reset answer as a query (cost 0)
--- made after them.
+-- Returns {now, version, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited),
+-- [the tier's name: only when applied is 2], then per policy: [alg, L, P, B, name: only for
+-- an override, whose policies the caller does not know; the defaults' and a tier's are the
+-- caller's own, in the order it sent them] its result, as many values as its algorithm
+-- writes (a.width), every duration exact:
+--   token bucket, GCRA:   retry, remaining, reset           durations: numerators over L ms
+--   leaky bucket:         retry, remaining, reset, delay    durations: numerators over L ms
+--   fixed window, log:    retry, remaining, reset           durations: whole ms
+--   sliding window:       retry whole, num, den, remaining, reset (whole ms)
+-- retry -1 (with num 0, den 1) is never; the policy admits exactly when retry is 0 (a
+-- denial's retry is always above 0). refund and reset answer as a query (cost 0) made
+-- after them.
 
 -- Every piece below is a top-level function taking what it needs as arguments: a call creates
--- no closure. cx is the call's context: now, min_ttl, base (ARGV[6]), cfgkey (KEYS[1]), cfg
--- (HMGET's reply), version, applied, tier.
+-- no closure.
 
--- A policy with its keys: ARGV's parts (text) or an override's (see parse_override).
--- params is the text its state begins with: the arguments as they came when they are
--- canonical (no leading zero: the id, L, P and B are at least 1), else rewritten.
+-- Parsed policies by their argument text: SPECS[params][name] is what policies_at makes of
+-- them. A Function library keeps it from call to call, so a policy set's arguments are
+-- parsed and checked once per node rather than on every call (a memo of a pure parse: the
+-- same text always gives the same policy); with EVALSHA it lives one call. At most SPEC_MAX
+-- policies are kept; then it starts over.
+local SPECS, SPEC_COUNT, SPEC_MAX = {}, 0, 1000
+
+-- A policy with its keys: an override's (see parse_override) or a spec's. params is the text
+-- its state begins with: the arguments as they came when they are canonical (no leading zero:
+-- the id, L, P and B are at least 1), else rewritten.
 local function keyed(base, p, params)
   p.a = algorithm(p.alg)
   p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
-  p.key = base .. ':' .. STATE_FORMAT .. ':' .. p.name
-  p.logkey = base .. '~log:' .. STATE_FORMAT .. ':' .. p.name
+  p.suffix = ':' .. STATE_FORMAT .. ':' .. p.name
+  p.logsuffix = '~log:' .. STATE_FORMAT .. ':' .. p.name
+  p.key = base .. p.suffix
+  p.logkey = base .. p.logsuffix
   return p
 end
 
+-- The policy of the arguments params ("alg.L.P.B", digits only, so s + 0 reads them in
+-- decimal, as nat; bounded by policy_of) and name, or nil.
+local function spec_of(params, name)
+  local named = SPECS[params]
+  local s = named and named[name]
+  if s then return s end
+  local a, L, P, B = match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+  s = a and policy_of(a + 0, L + 0, P + 0, B + 0)
+  if not s or not valid_name(name) then return nil end
+  s.name = name
+  -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the stored
+  -- states' prefix as it is.
+  local text = params
+  if find(params, '^0') or find(params, '.0', 1, true) then text = nil end
+  keyed('', s, text)
+  if SPEC_COUNT >= SPEC_MAX then SPECS, SPEC_COUNT = {}, 0 end
+  named = SPECS[params]
+  if not named then named = {}; SPECS[params] = named end
+  named[name], SPEC_COUNT = s, SPEC_COUNT + 1
+  return s
+end
+
 -- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
--- and the name), or nil and the index of the first malformed one. The parameters are
--- digits only (so s + 0 reads them in decimal, as nat) and bounded by policy_of.
+-- and the name), each a table of its own for this call, or nil and the index of the first
+-- malformed one.
 local function policies_at(ARGV, base, at, n)
   local set = {}
   for i = 1, n do
-    local params, name = ARGV[at], ARGV[at + 1]
-    local a, L, P, B = match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
-    local p = a and policy_of(a + 0, L + 0, P + 0, B + 0)
-    if not p or not valid_name(name) then return nil, i end
-    p.name = name
-    -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the
-    -- stored states' prefix as it is.
-    if find(params, '^0') or find(params, '.0', 1, true) then params = nil end
-    set[i] = keyed(base, p, params)
+    local s = spec_of(ARGV[at], ARGV[at + 1])
+    if not s then return nil, i end
+    set[i] = {alg = s.alg, L = s.L, P = s.P, B = s.B, a = s.a, params = s.params,
+              name = s.name, key = base .. s.suffix, logkey = base .. s.logsuffix}
     at = at + 2
   end
   return set
@@ -100,39 +130,14 @@ local function find_set(ARGV, sets, tier)
   return false
 end
 
--- A refund or a reset bumps the key's version, once every state it needs was read (an
--- error reply changes nothing).
-local function bump(cx)
-  cx.version = redis.call('HINCRBY', cx.cfgkey, 'v', 1)
-  if not cx.cfg[1] and not cx.cfg[2] then
+-- A refund or a reset bumps the key's version (out[2]), once every state it needs was read
+-- (an error reply changes nothing).
+local function bump(cfgkey, cfg, out)
+  out[2] = redis.call('HINCRBY', cfgkey, 'v', 1)
+  if not cfg[1] and not cfg[2] then
     -- A version alone is kept a day: long enough for anyone holding the old one to see it.
-    redis.call('PEXPIRE', cx.cfgkey, 86400000)
+    redis.call('PEXPIRE', cfgkey, 86400000)
   end
-end
-
-local function reply(cx, policies, results)
-  local n = #results
-  local out, o = {cx.now, cx.applied, cx.tier, cx.version, n}, 5
-  local full = cx.applied == 1
-  for i = 1, n do
-    local r = results[i]
-    local retry, reset, delay = r.retry, r.reset, r.delay
-    if full then
-      local p = policies[i]
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
-      o = o + 5
-    end
-    out[o + 1], out[o + 2] = r.allowed, r.remaining
-    if retry then
-      out[o + 3], out[o + 4], out[o + 5] = retry[1], retry[2], retry[3]
-    else
-      out[o + 3], out[o + 4], out[o + 5] = -1, 0, 1
-    end
-    out[o + 6], out[o + 7], out[o + 8] = reset[1], reset[2], reset[3]
-    out[o + 9], out[o + 10], out[o + 11] = delay[1], delay[2], delay[3]
-    o = o + 11
-  end
-  return out
 end
 
 -- A fresh state of p's algorithm, last updated at t.
@@ -141,7 +146,6 @@ local function fresh_at(p, t)
   f.updated = t
   return f
 end
-
 -- The state of p, in p's terms: a state stored under other parameters carries over.
 local function carry(q, p, st, t)
   if is_bucket(q.alg) and is_bucket(p.alg) then
@@ -225,36 +229,37 @@ local function save(p, st, ttl)
   if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
 end
 
--- The TTL of a key whose reset_after is reset: rounded up, at least min_ttl and 1 ms.
+-- The TTL of a key whose reset_after rounds up to reset ms: at least min_ttl and 1 ms.
 local function ttl_of(min_ttl, reset)
-  local ttl = reset[1]
-  if reset[2] > 0 then ttl = ttl + 1 end
-  if ttl < min_ttl then ttl = min_ttl end
-  if ttl < 1 then ttl = 1 end
-  return ttl
+  if reset < min_ttl then reset = min_ttl end
+  if reset < 1 then return 1 end
+  return reset
 end
 
 -- refund: read every state (a sliding log's entries too) before anything changes, bump the
 -- version, then as turnstile-core's refund: a carried-over state is stored (the old
 -- parameters' state is gone), then cost units go back, if there are any to give (refund
 -- returns nil when there is nothing: another window, an empty log). A state with nothing
--- left in use is dropped. Returns an error reply, or nil.
-local function refund_all(cx, policies, states, cost)
-  for i, p in ipairs(policies) do
-    local r = p.a.decide(p, states[i], p.now, 0)
-    if r.err then return r.err end
+-- left in use is dropped. Returns an error, or nil.
+local function refund_all(cfgkey, cfg, out, min_ttl, policies, states, cost)
+  local scratch = {}
+  for i = 1, #policies do
+    local p = policies[i]
+    local ok, err = p.a.decide(p, states[i], p.now, 0, scratch, 0)
+    if ok == nil then return err end
   end
-  bump(cx)
-  for i, p in ipairs(policies) do
+  bump(cfgkey, cfg, out)
+  for i = 1, #policies do
+    local p = policies[i]
     local a = p.a
     local st = nil
     if cost > 0 then st = a.refund(p, states[i], p.now, cost) end
     if not st and p.carried then st = states[i] end
     if st then
-      local r = a.decide(p, st, p.now, 0)
-      if r.err then return r.err end
-      if dur_ceil(r.reset) > 0 then
-        save(p, st, ttl_of(cx.min_ttl, r.reset))
+      local ok, reset = a.decide(p, st, p.now, 0, scratch, 0)
+      if ok == nil then return reset end
+      if reset > 0 then
+        save(p, st, ttl_of(min_ttl, reset))
         states[i] = st
       else
         -- nothing left in use: the key is fresh
@@ -267,6 +272,7 @@ local function refund_all(cx, policies, states, cost)
 end
 
 local function check(KEYS, ARGV)
+  if not match then bind() end
   local now
   local t_arg = ARGV[1]
   if t_arg == '' then
@@ -303,26 +309,24 @@ local function check(KEYS, ARGV)
   end
   local version = 0
   if cfg[3] then version = cfg[3] + 0 end
-  local cx = {now = now, min_ttl = min_ttl, base = base, cfgkey = cfgkey, cfg = cfg,
-              version = version, applied = 0, tier = ''}
 
   -- Which policies apply: the override, else the tier, else the unconfigured behaviour.
-  local policies
+  local policies, applied, tier = nil, 0, nil
   if cfg[1] then
-    policies, cx.applied = parse_override(cfg[1]), 1
+    policies, applied = parse_override(cfg[1]), 1
     for _, p in ipairs(policies) do keyed(base, p) end
   else
     local at, n
     if cfg[2] then
       at, n = find_set(ARGV, sets, cfg[2])
       if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
-      if at then cx.applied, cx.tier = 2, cfg[2] end
+      if at then applied, tier = 2, cfg[2] end
     end
     if not at then
       if mode == 'deny' then
-        cx.applied = 3
+        applied = 3
       elseif mode == 'allow' then
-        cx.applied = 4
+        applied = 4
       else
         at, n = find_set(ARGV, sets, nil)
         if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
@@ -337,22 +341,37 @@ local function check(KEYS, ARGV)
     end
   end
 
+  local out, o = {now, version, applied}, 3
+  if tier then out[4], o = tier, 4 end
   if not policies then
-    if op ~= 'check' then bump(cx) end
-    return reply(cx, nil, {})
+    if op ~= 'check' then bump(cfgkey, cfg, out) end
+    return out
+  end
+  -- Where each policy's values go in the reply.
+  local count = #policies
+  for i = 1, count do
+    local p = policies[i]
+    if applied == 1 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
+      o = o + 5
+    end
+    p.o = o
+    o = o + p.a.width
   end
 
   local states = {}
   if op == 'reset' then
     -- Forget whatever the keys hold, garbage included: nothing is read.
-    for i, p in ipairs(policies) do
+    for i = 1, count do
+      local p = policies[i]
       redis.call('DEL', p.key, p.logkey)
       states[i] = p.a.fresh()
       p.now = now
     end
-    bump(cx)
+    bump(cfgkey, cfg, out)
   else
-    for i, p in ipairs(policies) do
+    for i = 1, count do
+      local p = policies[i]
       local st = load(p, now)
       if st.err then return redis.error_reply(st.err) end
       -- A clock earlier than the key's last update: use the last update's time.
@@ -363,34 +382,34 @@ local function check(KEYS, ARGV)
   end
 
   if op == 'refund' then
-    local err = refund_all(cx, policies, states, cost)
-    if err then return redis.error_reply(err) end
+    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, states, cost)
+    if err then return redis.error_reply(err.err) end
   end
 
   local c = cost
   if op ~= 'check' then c = 0 end
-  local results, all = {}, true
-  for i, p in ipairs(policies) do
-    local r = p.a.decide(p, states[i], p.now, c)
-    if r.err then return redis.error_reply(r.err) end
-    results[i] = r
-    if r.allowed == 0 then all = false end
+  local all, ttls = true, {}
+  for i = 1, count do
+    local p = policies[i]
+    local ok, ttl = p.a.decide(p, states[i], p.now, c, out, p.o)
+    if ok == nil then return redis.error_reply(ttl.err) end
+    if not ok then all = false end
+    p.ok, ttls[i] = ok, ttl
   end
 
   if c > 0 then
-    for i, p in ipairs(policies) do
+    for i = 1, count do
+      local p = policies[i]
       if all then
-        local st = p.a.admitted(p, states[i], p.now, results[i], c)
-        save(p, st, ttl_of(min_ttl, results[i].reset))
-      elseif results[i].allowed == 1 then
+        save(p, p.a.admitted(p, states[i], p.now, c), ttl_of(min_ttl, ttls[i]))
+      elseif p.ok then
         -- Denied overall: report this policy as if nothing were consumed.
-        local r = p.a.decide(p, states[i], p.now, 0)
-        if r.err then return redis.error_reply(r.err) end
-        r.delay = ZERO
-        results[i] = r
+        local ok, err = p.a.decide(p, states[i], p.now, 0, out, p.o)
+        if ok == nil then return redis.error_reply(err.err) end
+        if p.alg == 3 then out[p.o + 4] = 0 end
       end
     end
   end
 
-  return reply(cx, policies, results)
+  return out
 end

@@ -22,6 +22,7 @@
 
 -- The body is not indented, so that it reads (and diffs) as the script it was.
 local function config(KEYS, ARGV)
+if not match then bind() end
 local op, key = ARGV[1], KEYS[1]
 if op ~= 'get' and op ~= 'set' and op ~= 'clear' then
   return redis.error_reply('TURNSTILE_ARGS unknown operation')

@@ -4,33 +4,40 @@
 
 MAKE[4] = function() return {
   fields = 3,
+  width = 3,
   fresh = function() return {updated = 0, w = -1, n = 0} end,
   parse = function(q, updated, w, n)
     -- Written at updated_ms, so in its window; never more than L.
     if w ~= divmod(updated, q.P) or n > q.L then return nil end
     return {updated = updated, w = w, n = n}
   end,
-  decide = function(p, st, now, c)
-    local L = p.L
-    local w, e = divmod(now, p.P)
+  -- Writes retry (-1: never), remaining and reset, in whole ms.
+  decide = function(p, st, now, c, out, o)
+    local L, P = p.L, p.P
+    local e = now % P
+    local w = (now - e) / P
     local n = 0
     if st.w == w then n = st.n end
-    -- reset_after: to the window's end once anything is counted in it
-    local to_end = dur_ms(p.P - e)
-    local reset = ZERO
-    if n > 0 then reset = to_end end
-    local rem = L - n
-    if rem < 0 then rem = 0 end
-    if c > L then return result(0, rem, nil, reset) end
-    if c == 0 then return result(1, rem, ZERO, reset) end
-    if n <= L - c then
-      local r = result(1, L - n - c, ZERO, to_end)
-      r.w, r.n = w, n + c
-      return r
+    local retry, k = -1, n
+    if c == 0 then
+      retry = 0
+    elseif c <= L then
+      if n <= L - c then
+        retry, k = 0, n + c
+        p.w, p.n = w, k
+      else
+        retry = P - e
+      end
     end
-    return result(0, rem, to_end, reset)
+    -- reset_after: to the window's end once anything is counted in it
+    local reset = 0
+    if k > 0 then reset = P - e end
+    local rem = L - k
+    if rem < 0 then rem = 0 end
+    out[o + 1], out[o + 2], out[o + 3] = retry, rem, reset
+    return retry == 0, reset
   end,
-  admitted = function(p, st, now, r) return {updated = now, w = r.w, n = r.n} end,
+  admitted = function(p, st, now) return {updated = now, w = p.w, n = p.n} end,
   refund = function(p, st, now, c)
     local w = divmod(now, p.P)
     if st.w ~= w then return nil end

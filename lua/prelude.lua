@@ -21,7 +21,13 @@
 -- of digits only may then be turned into its number by arithmetic (s + 0: Lua reads it in
 -- decimal, as tonumber would, without a function call).
 
-local type, find, match, format = type, string.find, string.match, string.format
+-- The string functions the hot paths use, as upvalues: bound by bind() at the start of
+-- every call (check and config call it first), since loading a Function library may read no
+-- global at all (not even string).
+local find, match, format
+local function bind()
+  find, match, format = string.find, string.match, string.format
+end
 
 -- Exact integer division of a >= 0 by b > 0: quotient and remainder (see above).
 local function divmod(a, b)
@@ -41,18 +47,8 @@ local function min(a, b)
   return b
 end
 
--- An exact duration in ms as {whole, num, den}: whole + num / den, 0 <= num < den.
-local ZERO = {0, 0, 1}
-local function dur(num, den)
-  local r = num % den
-  return {(num - r) / den, r, den}
-end
-local function dur_ms(ms) return {ms, 0, 1} end
--- whole ms rounded up, for PEXPIRE / SET PX
-local function dur_ceil(d)
-  if d[2] > 0 then return d[1] + 1 end
-  return d[1]
-end
+-- Durations: every algorithm writes its reply's durations as exact integers over a
+-- denominator the caller knows (see check.lua's header), so no duration is a table.
 
 -- Integers as text, exactly (tostring would print 15+ digit numbers in exponent form).
 local function int(n) return format('%.0f', n) end
@@ -199,13 +195,6 @@ end
 -- ttl: whole ms >= 1, a number (Redis writes a number argument with all its digits).
 local function store(key, value, ttl)
   redis.call('SET', key, value, 'PX', ttl)
-end
-
--- A policy's result. retry == nil means no wait can help ("never"). r.new, when set, is
--- the state to store if the request is admitted.
-local function result(allowed, remaining, retry, reset, delay)
-  return {allowed = allowed, remaining = remaining, retry = retry, reset = reset,
-          delay = delay or ZERO}
 end
 
 -- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call

@@ -17,47 +17,53 @@ local function sliding_remaining(L, P, weighted, k)
   if k > L then return 0 end
   local free = (L - k) * P - weighted
   if free <= 0 then return 0 end
-  return divmod(free, P)
-end
-
--- reset_after with k counted in the current window and m in the previous one.
-local function sliding_reset(P, e, m, k)
-  if k > 0 then return dur_ms(2 * P - e) end
-  if m > 0 then return dur_ms(P - e) end
-  return ZERO
+  local r = free % P
+  return (free - r) / P
 end
 
 MAKE[6] = function() return {
   fields = 4,
+  width = 5,
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
   parse = function(q, updated, w, cur, prev)
     -- Written at updated_ms, so in its window; neither count ever more than L.
     if w ~= divmod(updated, q.P) or cur > q.L or prev > q.L then return nil end
     return {updated = updated, w = w, cur = cur, prev = prev}
   end,
-  decide = function(p, st, now, c)
+  -- Writes retry as whole, num, den (whole + num / den ms; -1, 0, 1: never), remaining, and
+  -- reset in whole ms.
+  decide = function(p, st, now, c, out, o)
     local L, P = p.L, p.P
-    local w, e = divmod(now, P)
+    local e = now % P
+    local w = (now - e) / P
     local n, m = sliding_counts(st, w)
     local weighted = m * (P - e)
-    local rem = sliding_remaining(L, P, weighted, n)
-    if c > L then return result(0, rem, nil, sliding_reset(P, e, m, n)) end
-    if c == 0 then return result(1, rem, ZERO, sliding_reset(P, e, m, n)) end
-    if n + c > L then
-      -- wait for the next window (m' = n, n' = 0): (P - e) + P * (n + c - L) / n
-      local d = dur(P * (n + c - L), n)
-      d[1] = d[1] + (P - e)
-      return result(0, rem, d, sliding_reset(P, e, m, n))
+    local rw, rn, rd, k = -1, 0, 1, n
+    if c == 0 then
+      rw = 0
+    elseif c <= L then
+      if n + c > L then
+        -- wait for the next window (m' = n, n' = 0): (P - e) + P * (n + c - L) / n
+        local num = P * (n + c - L)
+        rn, rd = num % n, n
+        rw = (num - rn) / n + (P - e)
+      elseif weighted <= (L - n - c) * P then
+        rw, k = 0, n + c
+        p.w, p.n, p.m = w, k, m
+      else
+        -- the previous window's weight must decay: (m * (P - e) - (L - n - c) * P) / m
+        local num = weighted - (L - n - c) * P
+        rn, rd = num % m, m
+        rw = (num - rn) / m
+      end
     end
-    if weighted <= (L - n - c) * P then
-      local r = result(1, sliding_remaining(L, P, weighted, n + c), ZERO, dur_ms(2 * P - e))
-      r.w, r.n, r.m = w, n + c, m
-      return r
-    end
-    -- the previous window's weight must decay: (m * (P - e) - (L - n - c) * P) / m
-    return result(0, rem, dur(weighted - (L - n - c) * P, m), sliding_reset(P, e, m, n))
+    local reset = 0
+    if k > 0 then reset = 2 * P - e elseif m > 0 then reset = P - e end
+    out[o + 1], out[o + 2], out[o + 3] = rw, rn, rd
+    out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
+    return rw == 0 and rn == 0, reset
   end,
-  admitted = function(p, st, now, r) return {updated = now, w = r.w, cur = r.n, prev = r.m} end,
+  admitted = function(p, st, now) return {updated = now, w = p.w, cur = p.n, prev = p.m} end,
   refund = function(p, st, now, c)
     local w = divmod(now, p.P)
     if st.w ~= w and st.w + 1 ~= w then return nil end
