@@ -88,7 +88,10 @@ for name in "${NAMES[@]}"; do
   case $name in
     empty|defs-only) ok=$([ "$reply" = "1 " ] && echo y) ;;
     gcra.lua) ok=$(awk '{ if ($1 == 1) print "y" }' <<<"$reply") ;;
-    *) ok=$(awk '{ if ($5 == 1) print "y" }' <<<"$reply") ;;  # empty tier name: no field
+    # the reply (lua/check.lua): now, version, applied, then each policy's retry first (0:
+    # admitted); three policies: a token bucket (3 values), a sliding window (5), a fixed window
+    three*) ok=$(awk '{ if ($4 == 0 && $7 == 0 && $8 == 0 && $12 == 0) print "y" }' <<<"$reply") ;;
+    *) ok=$(awk '{ if ($4 == 0) print "y" }' <<<"$reply") ;;
   esac
   [ "$ok" = y ] || { echo "$0: the $name invocation does not admit: $reply" >&2; exit 1; }
 done
