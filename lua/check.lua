@@ -115,6 +115,16 @@ local function policies_at(ARGV, base, at, n)
   return set
 end
 
+-- An argument's integer, read as nat reads one (ARGV holds strings only: a missing one is
+-- nil), without nat's type check.
+local function int_arg(s)
+  if s and find(s, '^%d+$') then
+    local n = s + 0
+    if n <= MAX_EXACT then return n end
+  end
+  return nil
+end
+
 -- Where the policies of the set of tier begin in ARGV (tier nil: the defaults, the first
 -- set) and their count; false when no set has that tier; nil and the set's index for a
 -- malformed set. Only the set that applies is parsed: the others are skipped by their
@@ -122,7 +132,7 @@ end
 local function find_set(ARGV, sets, tier)
   local at = 8
   for s = 1, sets do
-    local name, n = ARGV[at], nat(ARGV[at + 1])
+    local name, n = ARGV[at], int_arg(ARGV[at + 1])
     if not name or not n then return nil, s end
     if (s == 1 and not tier) or (s > 1 and name == tier) then return at + 2, n end
     at = at + 2 + 2 * n
@@ -241,11 +251,11 @@ end
 -- parameters' state is gone), then cost units go back, if there are any to give (refund
 -- returns nil when there is nothing: another window, an empty log). A state with nothing
 -- left in use is dropped. Returns an error, or nil.
-local function refund_all(cfgkey, cfg, out, min_ttl, policies, states, cost)
+local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost)
   local scratch = {}
   for i = 1, #policies do
     local p = policies[i]
-    local ok, err = p.a.decide(p, states[i], p.now, 0, scratch, 0)
+    local ok, err = p.a.decide(p, p.st, p.now, 0, scratch, 0)
     if ok == nil then return err end
   end
   bump(cfgkey, cfg, out)
@@ -253,18 +263,18 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, states, cost)
     local p = policies[i]
     local a = p.a
     local st = nil
-    if cost > 0 then st = a.refund(p, states[i], p.now, cost) end
-    if not st and p.carried then st = states[i] end
+    if cost > 0 then st = a.refund(p, p.st, p.now, cost) end
+    if not st and p.carried then st = p.st end
     if st then
       local ok, reset = a.decide(p, st, p.now, 0, scratch, 0)
       if ok == nil then return reset end
       if reset > 0 then
         save(p, st, ttl_of(min_ttl, reset))
-        states[i] = st
+        p.st = st
       else
         -- nothing left in use: the key is fresh
         redis.call('DEL', p.key, p.logkey)
-        states[i] = a.fresh()
+        p.st = a.fresh()
       end
     end
   end
@@ -283,9 +293,9 @@ local function check(KEYS, ARGV)
     local r = us % 1000
     now = t[1] * 1000 + (us - r) / 1000
   else
-    now = nat(t_arg)
+    now = int_arg(t_arg)
   end
-  local cost, min_ttl, sets = nat(ARGV[2]), nat(ARGV[3]), nat(ARGV[7])
+  local cost, min_ttl, sets = int_arg(ARGV[2]), int_arg(ARGV[3]), int_arg(ARGV[7])
   local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
   if not now or not cost or not min_ttl or not sets
      or (op ~= 'check' and op ~= 'refund' and op ~= 'reset') then
@@ -359,14 +369,12 @@ local function check(KEYS, ARGV)
     o = o + p.a.width
   end
 
-  local states = {}
   if op == 'reset' then
     -- Forget whatever the keys hold, garbage included: nothing is read.
     for i = 1, count do
       local p = policies[i]
       redis.call('DEL', p.key, p.logkey)
-      states[i] = p.a.fresh()
-      p.now = now
+      p.st, p.now = p.a.fresh(), now
     end
     bump(cfgkey, cfg, out)
   else
@@ -375,36 +383,35 @@ local function check(KEYS, ARGV)
       local st = load(p, now)
       if st.err then return redis.error_reply(st.err) end
       -- A clock earlier than the key's last update: use the last update's time.
-      p.now = now
+      p.st, p.now = st, now
       if st.updated > now then p.now = st.updated end
-      states[i] = st
     end
   end
 
   if op == 'refund' then
-    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, states, cost)
+    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost)
     if err then return redis.error_reply(err.err) end
   end
 
   local c = cost
   if op ~= 'check' then c = 0 end
-  local all, ttls = true, {}
+  local all = true
   for i = 1, count do
     local p = policies[i]
-    local ok, ttl = p.a.decide(p, states[i], p.now, c, out, p.o)
+    local ok, ttl = p.a.decide(p, p.st, p.now, c, out, p.o)
     if ok == nil then return redis.error_reply(ttl.err) end
     if not ok then all = false end
-    p.ok, ttls[i] = ok, ttl
+    p.ok, p.ttl = ok, ttl
   end
 
   if c > 0 then
     for i = 1, count do
       local p = policies[i]
       if all then
-        save(p, p.a.admitted(p, states[i], p.now, c), ttl_of(min_ttl, ttls[i]))
+        save(p, p.a.admitted(p, p.st, p.now, c), ttl_of(min_ttl, p.ttl))
       elseif p.ok then
         -- Denied overall: report this policy as if nothing were consumed.
-        local ok, err = p.a.decide(p, states[i], p.now, 0, out, p.o)
+        local ok, err = p.a.decide(p, p.st, p.now, 0, out, p.o)
         if ok == nil then return redis.error_reply(err.err) end
         if p.alg == 3 then out[p.o + 4] = 0 end
       end

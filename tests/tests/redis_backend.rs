@@ -936,6 +936,56 @@ async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
     assert!(command(server.port(), &get).unwrap().contains(&v1));
 }
 
+/// Issue 15: a key's configuration (its override, its tier) is never tied to its state's
+/// lifetime: checks, refunds and resets write state keys with a TTL (their reset_after) but
+/// leave the configuration hash without one, so the override still applies once every state
+/// key has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_overrides_never_expire_with_a_keys_state() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), "cfg-ttl");
+    let defaults = [p("token-bucket:limit=10,period=1s,name=d")];
+    let limits = Limits::new(defaults.to_vec()).unwrap();
+    let over = [p("fixed-window:limit=3,period=1s,name=o")];
+    b.set_override("c", &over).await.unwrap();
+    b.set_tier("t", Some("pro")).await.unwrap();
+    let pttl = |key: &str| -> i64 {
+        let r = command(server.port(), &format!("PTTL {key}")).unwrap();
+        r.trim().trim_start_matches(':').parse().unwrap()
+    };
+    let cfg = |client: &str| {
+        let state = b.state_key(client, &defaults[0]);
+        format!("{}}}~cfg", state.rsplit_once("}:").unwrap().0)
+    };
+    for round in 0..3 {
+        let d = b.check("c", &defaults, 1).await.unwrap();
+        assert!(
+            matches!(d.applied(), turnstile_core::Applied::Override),
+            "{round}"
+        );
+        assert_eq!(d.remaining(), 2, "{round}");
+        // The state key expires with its reset_after; the configuration does not expire.
+        let state = b.state_key("c", &over[0]);
+        assert!(
+            (1..=1000).contains(&pttl(&state)),
+            "{round}: {}",
+            pttl(&state)
+        );
+        assert_eq!(pttl(&cfg("c")), -1, "{round}: after a check");
+        b.refund("c", &limits, 1, None).await.unwrap();
+        assert_eq!(pttl(&cfg("c")), -1, "{round}: after a refund");
+        b.check("t", &defaults, 1).await.unwrap();
+        b.reset("t", &limits, None).await.unwrap();
+        assert_eq!(pttl(&cfg("t")), -1, "{round}: a tier after a reset");
+        b.reset("c", &limits, None).await.unwrap();
+        assert_eq!(pttl(&cfg("c")), -1, "{round}: after a reset");
+        // Every state key gone (as once its TTL elapsed): the override still applies.
+        command(server.port(), &format!("DEL {state}")).unwrap();
+    }
+    assert_eq!(b.config("c").await.unwrap().policies(), Some(&over[..]));
+    assert_eq!(b.config("t").await.unwrap().tier(), Some("pro"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     let server = RedisServer::start();
