@@ -83,7 +83,7 @@ local function bucket(leaky)
       if D < 0 then D = 0 end
       return debt_state(p, D, now)
     end,
-    encode = function(params, st) return format('%s|%.0f|%.0f', params, st.updated, st.debt) end,
+    encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.debt) end,
   }
 end
 

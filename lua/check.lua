@@ -69,6 +69,7 @@ local SPECS, SPEC_COUNT, SPEC_MAX = {}, 0, 1000
 -- its state begins with: the arguments as they came when they are canonical (no leading zero:
 -- the id, L, P and B are at least 1), else rewritten.
 local function keyed(base, p, params)
+  p.base = base
   p.a = algorithm(p.alg)
   p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
   p.suffix = ':' .. STATE_FORMAT .. ':' .. p.name
@@ -101,18 +102,28 @@ local function spec_of(params, name)
 end
 
 -- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
--- and the name), each a table of its own for this call, or nil and the index of the first
--- malformed one.
+-- and the name), or nil and the index of the first malformed one. Each is its spec itself,
+-- given this call's fields: its key (its log's key only for a sliding log: logkey_of), and
+-- no carried-over mark; every other field a call uses (o, st, now, ok, ttl, and what decide
+-- leaves for admitted) is written by the call before it is read. (Names are unique in a set,
+-- and one call uses one set: no spec appears twice in a call.)
 local function policies_at(ARGV, base, at, n)
   local set = {}
   for i = 1, n do
-    local s = spec_of(ARGV[at], ARGV[at + 1])
-    if not s then return nil, i end
-    set[i] = {alg = s.alg, L = s.L, P = s.P, B = s.B, a = s.a, params = s.params,
-              name = s.name, key = base .. s.suffix, logkey = base .. s.logsuffix}
+    local p = spec_of(ARGV[at], ARGV[at + 1])
+    if not p then return nil, i end
+    p.base, p.key, p.carried = base, base .. p.suffix, nil
+    if p.alg == 5 then p.logkey = base .. p.logsuffix else p.logkey = nil end
+    set[i] = p
     at = at + 2
   end
   return set
+end
+
+-- The key of p's log (a sliding log's, or one another algorithm's policy of the same name
+-- left).
+local function logkey_of(p)
+  return p.logkey or (p.base .. p.logsuffix)
 end
 
 -- An argument's integer, read as nat reads one (ARGV holds strings only: a missing one is
@@ -236,7 +247,7 @@ end
 
 local function save(p, st, ttl)
   store(p.key, p.a.encode(p.params, st), ttl)
-  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, ttl) end
+  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, format('%d', ttl)) end
 end
 
 -- The TTL of a key whose reset_after rounds up to reset ms: at least min_ttl and 1 ms.
@@ -273,7 +284,7 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost)
         p.st = st
       else
         -- nothing left in use: the key is fresh
-        redis.call('DEL', p.key, p.logkey)
+        redis.call('DEL', p.key, logkey_of(p))
         p.st = a.fresh()
       end
     end
@@ -373,7 +384,7 @@ local function check(KEYS, ARGV)
     -- Forget whatever the keys hold, garbage included: nothing is read.
     for i = 1, count do
       local p = policies[i]
-      redis.call('DEL', p.key, p.logkey)
+      redis.call('DEL', p.key, logkey_of(p))
       p.st, p.now = p.a.fresh(), now
     end
     bump(cfgkey, cfg, out)

@@ -45,5 +45,5 @@ MAKE[4] = function() return {
     if n < 0 then n = 0 end
     return {updated = now, w = w, n = n}
   end,
-  encode = function(params, st) return format('%s|%.0f|%.0f|%.0f', params, st.updated, st.w, st.n) end,
+  encode = function(params, st) return format('%s|%d|%d|%d', params, st.updated, st.w, st.n) end,
 } end

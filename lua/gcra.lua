@@ -21,7 +21,7 @@ MAKE[2] = function()
     return {updated = updated, ahead = ahead, frac = frac}
   end
   gcra.encode = function(params, st)
-    return format('%s|%.0f|%.0f|%.0f', params, st.updated, st.ahead, st.frac)
+    return format('%s|%d|%d|%d', params, st.updated, st.ahead, st.frac)
   end
   return gcra
 end

@@ -50,8 +50,10 @@ end
 -- Durations: every algorithm writes its reply's durations as exact integers over a
 -- denominator the caller knows (see check.lua's header), so no duration is a table.
 
--- Integers as text, exactly (tostring would print 15+ digit numbers in exponent form).
-local function int(n) return format('%.0f', n) end
+-- Integers as text, exactly: '%d' formats the number as a C long (64 bits), exact for every
+-- integer below 2^53 and much cheaper than '%.0f' (tostring would print 15+ digit numbers in
+-- exponent form).
+local function int(n) return format('%d', n) end
 
 -- The contract's bounds (SEMANTICS.md "Inputs"; turnstile_core::policy's MAX_* constants).
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1: times, costs, max(L, B) * P
@@ -192,9 +194,10 @@ local function config_problem(cfg)
   return nil
 end
 
--- ttl: whole ms >= 1, a number (Redis writes a number argument with all its digits).
+-- ttl: whole ms >= 1, passed as text ('%d': a number argument would be written with '%.17g',
+-- exact too, but several times the work).
 local function store(key, value, ttl)
-  redis.call('SET', key, value, 'PX', ttl)
+  redis.call('SET', key, value, 'PX', format('%d', ttl))
 end
 
 -- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call

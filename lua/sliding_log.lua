@@ -144,5 +144,5 @@ MAKE[5] = function() return {
     end
     return {updated = now, total = total}
   end,
-  encode = function(params, st) return format('%s|%.0f|%.0f', params, st.updated, st.total) end,
+  encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.total) end,
 } end

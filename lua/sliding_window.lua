@@ -74,6 +74,6 @@ MAKE[6] = function() return {
     return {updated = now, w = w, cur = n - take, prev = m}
   end,
   encode = function(params, st)
-    return format('%s|%.0f|%.0f|%.0f|%.0f', params, st.updated, st.w, st.cur, st.prev)
+    return format('%s|%d|%d|%d|%d', params, st.updated, st.w, st.cur, st.prev)
   end,
 } end

@@ -7,20 +7,21 @@
 # complements that script's timed usec_per_call (which a loaded machine inflates), never
 # replaces it: instructions are not time (a cache miss costs more than an add).
 #
-# Per script: a private redis-server under callgrind; WARMUP calls (default 20000) so the
-# 10,000 keys exist, counters zeroed, CALLS calls (default 10000) with
-# redis-benchmark -c 50 -P 16 -r 10000, counters dumped; instructions / calls. Everything the
+# Per script: a private redis-server under callgrind; WARMUP calls (default 5000) so the
+# KEYSPACE keys (default 1000) nearly all exist, counters zeroed, CALLS calls (default 5000) with
+# redis-benchmark -c 50 -P 16 -r KEYSPACE, counters dumped; instructions / calls. Everything the
 # server does per call is in it: reading and parsing the request, the script, the Redis
 # commands it makes, the reply.
 #
 # usage: scripts/redis-cpu-count.sh [NAME...]   (default: every row below)
-# knobs: WARMUP, CALLS, GCRA_LUA, CHECK_LUA, LIBRARY_LUA
+# knobs: WARMUP, CALLS, KEYSPACE (the -r of redis-benchmark), GCRA_LUA, CHECK_LUA, LIBRARY_LUA
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 
-WARMUP="${WARMUP:-20000}"
-CALLS="${CALLS:-10000}"
+WARMUP="${WARMUP:-5000}"
+CALLS="${CALLS:-5000}"
+KEYSPACE="${KEYSPACE:-1000}"
 GCRA_LUA="${GCRA_LUA:-}"
 if [ -z "$GCRA_LUA" ]; then
   for f in ../shared/bench/gcra.lua /work/shared/bench/gcra.lua; do
@@ -74,10 +75,10 @@ count() {  # name: prints instructions per call
   c=${c/EMPTY/$empty}; c=${c/GCRA/$gcra}; c=${c/CHECK/$check}; c=${c/FN/${lib}_check}
   read -r -a argv <<<"$c"
   for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
-  redis-benchmark -p "$port" -c 50 -n "$WARMUP" -P 16 -r 10000 -q "${argv[@]}" >/dev/null
+  redis-benchmark -p "$port" -c 50 -n "$WARMUP" -P 16 -r "$KEYSPACE" -q "${argv[@]}" >/dev/null
   callgrind_control -z "$PID" >/dev/null 2>&1
   "${R[@]}" CONFIG RESETSTAT >/dev/null
-  redis-benchmark -p "$port" -c 50 -n "$CALLS" -P 16 -r 10000 -q "${argv[@]}" >/dev/null
+  redis-benchmark -p "$port" -c 50 -n "$CALLS" -P 16 -r "$KEYSPACE" -q "${argv[@]}" >/dev/null
   local calls
   calls=$("${R[@]}" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_${argv[0]}:calls=\([0-9]*\).*/\1/p")
   rm -f "$OUT"/cg.*
@@ -90,5 +91,5 @@ count() {  # name: prints instructions per call
   awk -v ir="$ir" -v n="$calls" -v name="$name" 'BEGIN { printf "%-22s %10.0f instructions per call (%d calls)\n", name, ir / n, n }'
 }
 
-echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') under callgrind; redis-benchmark -c 50 -n $CALLS -P 16 -r 10000 after $WARMUP warm-up calls"
+echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') under callgrind; redis-benchmark -c 50 -n $CALLS -P 16 -r $KEYSPACE after $WARMUP warm-up calls"
 for name in "${NAMES[@]}"; do count "$name"; done
