@@ -17,16 +17,18 @@
 --         cannot be passed in KEYS.)
 -- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
 -- ARGV[2] the cost (check, refund), 0 <= cost <= 2^53 - 1; 0 is a query
--- ARGV[3] the least TTL in ms of a written key (0; 600000 with explicit simulation time)
--- ARGV[4] for a key without configuration: 'defaults', 'deny' or 'allow'
--- ARGV[5] 'check', 'refund' or 'reset'
--- ARGV[6] the key base "<prefix>:{<tag>}"
--- ARGV[7] the number of policy sets S: the defaults, then the tiers
--- then per set: its tier name ('' for the defaults), its policy count N, then per policy
---         two arguments: its parameters "alg.L.P.B" (algorithm id: 1 token bucket, 2 gcra,
---         3 leaky bucket, 4 fixed window, 5 sliding log, 6 sliding window; limit L; period
---         P in ms; capacity: burst B for buckets, L for windows), the very text its stored
---         state begins with, encoded once per policy set by the caller; and its name
+-- ARGV[3] "<op> <unconfigured> <least TTL>": op 'check', 'refund' or 'reset'; for a key
+--         without configuration 'defaults', 'deny' or 'allow'; the least TTL in ms of a
+--         written key (0; 600000 with explicit simulation time)
+-- ARGV[4] the key base "<prefix>:{<tag>}"
+-- ARGV[5] and on: one argument per policy set, the defaults first, then the tiers: its tier
+--         name ('' for the defaults), then per policy a line "\n<alg.L.P.B> <name>": its
+--         parameters (algorithm id: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window,
+--         5 sliding log, 6 sliding window; limit L; period P in ms; capacity: burst B for
+--         buckets, L for windows), the very text its stored state begins with, and its name
+--         (names and tiers hold no line break). The caller encodes a set once; a Function
+--         library parses each set (and ARGV[3]) once per node (see SETS), so a call costs
+--         five arguments and a table look-up whatever its policies.
 --
 -- Stored states begin with their parameters "alg.L.P.B"; a state written under other
 -- parameters carries over by the rule of SEMANTICS-level carry_over (see turnstile-core's
@@ -58,12 +60,12 @@
 -- Every piece below is a top-level function taking what it needs as arguments: a call creates
 -- no closure.
 
--- Parsed policies by their argument text: SPECS[params][name] is what policies_at makes of
--- them. A Function library keeps it from call to call, so a policy set's arguments are
--- parsed and checked once per node rather than on every call (a memo of a pure parse: the
--- same text always gives the same policy); with EVALSHA it lives one call. At most SPEC_MAX
--- policies are kept; then it starts over.
-local SPECS, SPEC_COUNT, SPEC_MAX = {}, 0, 1000
+-- Parsed arguments by their text: SETS[text] is set_of's answer for a policy set, FLAGS[text]
+-- flags_of's for ARGV[3]. A Function library keeps them from call to call, so a policy set's
+-- argument is parsed and checked once per node rather than on every call (a memo of a pure
+-- parse: the same text always gives the same answer); with EVALSHA they live one call. At
+-- most MEMO_MAX entries each; then a table starts over.
+local SETS, SET_COUNT, FLAGS, FLAG_COUNT, MEMO_MAX = {}, 0, {}, 0, 1000
 
 -- A policy with its keys: an override's (see parse_override) or a spec's. params is the text
 -- its state begins with: the arguments as they came when they are canonical (no leading zero:
@@ -79,43 +81,67 @@ local function keyed(base, p, params)
   return p
 end
 
--- The policy of the arguments params ("alg.L.P.B", digits only, so s + 0 reads them in
+-- The policy of the parameters params ("alg.L.P.B", digits only, so s + 0 reads them in
 -- decimal, as nat; bounded by policy_of) and name, or nil.
 local function spec_of(params, name)
-  local named = SPECS[params]
-  local s = named and named[name]
-  if s then return s end
   local a, L, P, B = match(params, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
-  s = a and policy_of(a + 0, L + 0, P + 0, B + 0)
+  local s = a and policy_of(a + 0, L + 0, P + 0, B + 0)
   if not s or not valid_name(name) then return nil end
   s.name = name
   -- Canonical (no leading zero: the id, L, P and B are at least 1): the text is the stored
   -- states' prefix as it is.
   local text = params
   if find(params, '^0') or find(params, '.0', 1, true) then text = nil end
-  keyed('', s, text)
-  if SPEC_COUNT >= SPEC_MAX then SPECS, SPEC_COUNT = {}, 0 end
-  named = SPECS[params]
-  if not named then named = {}; SPECS[params] = named end
-  named[name], SPEC_COUNT = s, SPEC_COUNT + 1
-  return s
+  return keyed('', s, text)
 end
 
--- The n policies of the set whose first policy is at ARGV[at] (2 arguments each: "alg.L.P.B"
--- and the name), or nil and the index of the first malformed one. Each is its spec itself,
--- given this call's fields: its key (its log's key only for a sliding log: logkey_of), and
--- no carried-over mark; every other field a call uses (o, st, now, ok, ttl, and what decide
--- leaves for admitted) is written by the call before it is read. (Names are unique in a set,
--- and one call uses one set: no spec appears twice in a call.)
-local function policies_at(ARGV, base, at, n)
-  local set = {}
-  for i = 1, n do
-    local p = spec_of(ARGV[at], ARGV[at + 1])
-    if not p then return nil, i end
+-- A policy set's argument: {tier = its name ('' for the defaults), the policies in order},
+-- or nil when it is malformed (a policy that is none, a name twice). The policies are the
+-- calls' own tables: check gives each its keys for the call (see with_keys).
+local function set_of(text)
+  local set = SETS[text]
+  if set then return set end
+  local tier, from = match(text, '^([^\n]*)()')
+  if tier ~= '' and not valid_tier(tier) then return nil end
+  set = {tier = tier}
+  local seen = {}
+  for params, name in string.gmatch(string.sub(text, from), '\n([^ \n]*) ([^\n]*)') do
+    local p = spec_of(params, name)
+    if not p or seen[name] then return nil end
+    seen[name] = true
+    set[#set + 1] = p
+  end
+  -- Every line read (a line without its space is skipped by gmatch, not matched).
+  local _, lines = string.gsub(text, '\n', '\n')
+  if lines ~= #set then return nil end
+  if SET_COUNT >= MEMO_MAX then SETS, SET_COUNT = {}, 0 end
+  SETS[text], SET_COUNT = set, SET_COUNT + 1
+  return set
+end
+
+-- ARGV[3]: {op, unconfigured, least TTL}, or nil when it is malformed.
+local OPS = {check = true, refund = true, reset = true}
+local MODES = {defaults = true, deny = true, allow = true}
+local function flags_of(text)
+  local f = FLAGS[text]
+  if f then return f end
+  local op, mode, ttl = match(text, '^(%l+) (%l+) (%d+)$')
+  if not op or not OPS[op] or not MODES[mode] or not nat(ttl) then return nil end
+  f = {op, mode, ttl + 0}
+  if FLAG_COUNT >= MEMO_MAX then FLAGS, FLAG_COUNT = {}, 0 end
+  FLAGS[text], FLAG_COUNT = f, FLAG_COUNT + 1
+  return f
+end
+
+-- The policies of set, each given this call's fields: its key (its log's key only for a
+-- sliding log: logkey_of), and no carried-over mark; every other field a call uses (o, st,
+-- now, ok, ttl, and what decide leaves for admitted) is written by the call before it is
+-- read. (Names are unique in a set, and one call uses one set.)
+local function with_keys(set, base)
+  for i = 1, #set do
+    local p = set[i]
     p.base, p.key, p.carried = base, base .. p.suffix, nil
     if p.alg == 5 then p.logkey = base .. p.logsuffix else p.logkey = nil end
-    set[i] = p
-    at = at + 2
   end
   return set
 end
@@ -126,6 +152,22 @@ local function logkey_of(p)
   return p.logkey or (p.base .. p.logsuffix)
 end
 
+-- The set of tier in ARGV (tier nil: the defaults, ARGV[5]); false when no set has that
+-- tier; nil and the argument's index for a malformed set.
+local function find_set(ARGV, tier)
+  if not tier then
+    local set = ARGV[5] and set_of(ARGV[5])
+    if not set or set.tier ~= '' then return nil, 5 end
+    return set
+  end
+  for i = 6, #ARGV do
+    local set = set_of(ARGV[i])
+    if not set or set.tier == '' then return nil, i end
+    if set.tier == tier then return set end
+  end
+  return false
+end
+
 -- An argument's integer, read as nat reads one (ARGV holds strings only: a missing one is
 -- nil), without nat's type check.
 local function int_arg(s)
@@ -134,21 +176,6 @@ local function int_arg(s)
     if n <= MAX_EXACT then return n end
   end
   return nil
-end
-
--- Where the policies of the set of tier begin in ARGV (tier nil: the defaults, the first
--- set) and their count; false when no set has that tier; nil and the set's index for a
--- malformed set. Only the set that applies is parsed: the others are skipped by their
--- counts alone.
-local function find_set(ARGV, sets, tier)
-  local at = 8
-  for s = 1, sets do
-    local name, n = ARGV[at], int_arg(ARGV[at + 1])
-    if not name or not n then return nil, s end
-    if (s == 1 and not tier) or (s > 1 and name == tier) then return at + 2, n end
-    at = at + 2 + 2 * n
-  end
-  return false
 end
 
 -- A refund or a reset bumps the key's version (out[2]), once every state it needs was read
@@ -306,12 +333,11 @@ local function check(KEYS, ARGV)
   else
     now = int_arg(t_arg)
   end
-  local cost, min_ttl, sets = int_arg(ARGV[2]), int_arg(ARGV[3]), int_arg(ARGV[7])
-  local mode, op, base = ARGV[4], ARGV[5], ARGV[6]
-  if not now or not cost or not min_ttl or not sets
-     or (op ~= 'check' and op ~= 'refund' and op ~= 'reset') then
+  local cost, flags, base = int_arg(ARGV[2]), ARGV[3] and flags_of(ARGV[3]), ARGV[4]
+  if not now or not cost or not flags or not base then
     return redis.error_reply('TURNSTILE_ARGS malformed arguments')
   end
+  local op, mode, min_ttl = flags[1], flags[2], flags[3]
 
   -- The key's configuration. One that cannot be read decides nothing, not even a reset
   -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
@@ -337,29 +363,23 @@ local function check(KEYS, ARGV)
     policies, applied = parse_override(cfg[1]), 1
     for _, p in ipairs(policies) do keyed(base, p) end
   else
-    local at, n
+    local set, bad_at
     if cfg[2] then
-      at, n = find_set(ARGV, sets, cfg[2])
-      if at == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. n) end
-      if at then applied, tier = 2, cfg[2] end
+      set, bad_at = find_set(ARGV, cfg[2])
+      if set == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
+      if set then applied, tier = 2, cfg[2] end
     end
-    if not at then
+    if not set then
       if mode == 'deny' then
         applied = 3
       elseif mode == 'allow' then
         applied = 4
       else
-        at, n = find_set(ARGV, sets, nil)
-        if not at then return redis.error_reply('TURNSTILE_ARGS malformed set 1') end
+        set, bad_at = find_set(ARGV, nil)
+        if not set then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
       end
     end
-    if at then
-      local bad_at
-      policies, bad_at = policies_at(ARGV, base, at, n)
-      if not policies then
-        return redis.error_reply('TURNSTILE_ARGS malformed policy ' .. bad_at)
-      end
-    end
+    if set then policies = with_keys(set, base) end
   end
 
   local out, o = {now, version, applied}, 3

@@ -55,14 +55,25 @@ DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
 # like the backend's hashed ones; ALG: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed
 # window, 5 sliding log, 6 sliding window.
 TAG='00000000000000000000__rand_int__'
-HEAD="1 turnstile:v1:{$TAG}~cfg '' 1 0 defaults check turnstile:v1:{$TAG} 1 ''"
+# The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
+# space and '^' for a line break inside an argument (see unword), '' for an empty one.
+HEAD="1 turnstile:v1:{$TAG}~cfg '' 1 check+defaults+0 turnstile:v1:{$TAG}"
+unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
+  ARGV_OUT=()
+  local a
+  for a in "$@"; do
+    [ "$a" = "''" ] && a=''
+    a=${a//+/ }
+    ARGV_OUT+=("${a//^/$'\n'}")
+  done
+}
 targs() {  # command (fcall|evalsha) alg limit period_ms capacity
   local target=$FN; [ "$1" = evalsha ] && target=$CHECK
-  echo "$1 $target $HEAD 1 $2.$3.$4.$5 p"
+  echo "$1 $target $HEAD ^$2.$3.$4.$5+p"
 }
 three() {  # command: a token bucket per second, a sliding window per hour, a fixed window per day
   local target=$FN; [ "$1" = evalsha ] && target=$CHECK
-  echo "$1 $target $HEAD 3 1.1.1000.1000000000 s 6.1000000000.3600000.1000000000 h 4.100000000.86400000.100000000 d"
+  echo "$1 $target $HEAD ^1.1.1000.1000000000+s^6.1000000000.3600000.1000000000+h^4.100000000.86400000.100000000+d"
 }
 NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window three-policies gcra-evalsha three-evalsha)
 declare -A CMD=(
@@ -83,7 +94,7 @@ declare -A CMD=(
 # Every invocation admits (probe on a key of its own).
 for name in "${NAMES[@]}"; do
   read -r -a argv <<<"${CMD[$name]//__rand_int__/probe}"
-  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
+  unword "${argv[@]}"; argv=("${ARGV_OUT[@]}")
   reply=$("${R[@]}" "${argv[@]}" | tr '\n' ' ')
   case $name in
     empty|defs-only) ok=$([ "$reply" = "1 " ] && echo y) ;;
@@ -99,7 +110,7 @@ done
 once() {  # name: sets LINE "usec_per_call rps" and FOREIGN
   local name=$1 argv i
   read -r -a argv <<<"${CMD[$name]}"
-  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
+  unword "${argv[@]}"; argv=("${ARGV_OUT[@]}")
   wait_quiet
   "${R[@]}" CONFIG RESETSTAT >/dev/null
   measure_begin "$REDIS_PID"

@@ -41,18 +41,29 @@ if [ -n "${CHECK_LUA:-}" ]; then cp "$CHECK_LUA" "$OUT/check.lua"; else "$BIN" s
 if [ -n "${LIBRARY_LUA:-}" ]; then cp "$LIBRARY_LUA" "$OUT/library.lua"; else "$BIN" library >"$OUT/library.lua"; fi
 
 TAG='00000000000000000000__rand_int__'
-HEAD="1 turnstile:v1:{$TAG}~cfg '' 1 0 defaults check turnstile:v1:{$TAG} 1 ''"
+# The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
+# space and '^' for a line break inside an argument (see unword), '' for an empty one.
+HEAD="1 turnstile:v1:{$TAG}~cfg '' 1 check+defaults+0 turnstile:v1:{$TAG}"
+unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
+  ARGV_OUT=()
+  local a
+  for a in "$@"; do
+    [ "$a" = "''" ] && a=''
+    a=${a//+/ }
+    ARGV_OUT+=("${a//^/$'\n'}")
+  done
+}
 declare -A CMD=(
   [empty]="evalsha EMPTY 0"
   [gcra.lua]="evalsha GCRA 1 k:__rand_int__ 1000000 1000000000 1"
-  [token-bucket]="fcall FN $HEAD 1 1.1.1000.1000000000 p"
-  [gcra]="fcall FN $HEAD 1 2.1.1000.1000000000 p"
-  [leaky-bucket]="fcall FN $HEAD 1 3.1.1000.1000000000 p"
-  [fixed-window]="fcall FN $HEAD 1 4.1000000000.3600000.1000000000 p"
-  [sliding-log]="fcall FN $HEAD 1 5.1000000000.3600000.1000000000 p"
-  [sliding-window]="fcall FN $HEAD 1 6.1000000000.3600000.1000000000 p"
-  [three-policies]="fcall FN $HEAD 3 1.1.1000.1000000000 s 6.1000000000.3600000.1000000000 h 4.100000000.86400000.100000000 d"
-  [token-bucket-evalsha]="evalsha CHECK $HEAD 1 1.1.1000.1000000000 p"
+  [token-bucket]="fcall FN $HEAD ^1.1.1000.1000000000+p"
+  [gcra]="fcall FN $HEAD ^2.1.1000.1000000000+p"
+  [leaky-bucket]="fcall FN $HEAD ^3.1.1000.1000000000+p"
+  [fixed-window]="fcall FN $HEAD ^4.1000000000.3600000.1000000000+p"
+  [sliding-log]="fcall FN $HEAD ^5.1000000000.3600000.1000000000+p"
+  [sliding-window]="fcall FN $HEAD ^6.1000000000.3600000.1000000000+p"
+  [three-policies]="fcall FN $HEAD ^1.1.1000.1000000000+s^6.1000000000.3600000.1000000000+h^4.100000000.86400000.100000000+d"
+  [token-bucket-evalsha]="evalsha CHECK $HEAD ^1.1.1000.1000000000+p"
 )
 NAMES=("$@")
 [ ${#NAMES[@]} -gt 0 ] || NAMES=(empty gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window three-policies token-bucket-evalsha)
@@ -74,7 +85,7 @@ count() {  # name: prints instructions per call
   local c=${CMD[$name]}
   c=${c/EMPTY/$empty}; c=${c/GCRA/$gcra}; c=${c/CHECK/$check}; c=${c/FN/${lib}_check}
   read -r -a argv <<<"$c"
-  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
+  unword "${argv[@]}"; argv=("${ARGV_OUT[@]}")
   redis-benchmark -p "$port" -c 50 -n "$WARMUP" -P 16 -r "$KEYSPACE" -q "${argv[@]}" >/dev/null
   callgrind_control -z "$PID" >/dev/null 2>&1
   "${R[@]}" CONFIG RESETSTAT >/dev/null

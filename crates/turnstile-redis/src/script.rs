@@ -130,33 +130,45 @@ pub(crate) fn check_args(
 ) -> Result<(), BackendError> {
     // Any cost above 2^53 − 1 is above every capacity: the answer ("never") is the same.
     let cost = cost.min(MAX_EXACT);
+    let op = match op {
+        Op::Check => "check",
+        Op::Refund => "refund",
+        Op::Reset => "reset",
+    };
+    let unconfigured = match sets.unconfigured {
+        Unconfigured::Deny => "deny",
+        Unconfigured::Allow => "allow",
+        _ => "defaults",
+    };
     inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
         .arg(cost)
-        .arg(min_ttl_ms)
-        .arg(match sets.unconfigured {
-            Unconfigured::Deny => "deny",
-            Unconfigured::Allow => "allow",
-            _ => "defaults",
-        })
-        .arg(match op {
-            Op::Check => "check",
-            Op::Refund => "refund",
-            Op::Reset => "reset",
-        })
+        .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
         .arg(base)
-        .arg(1 + sets.tiers.len());
-    let mut set = |tier: &str, policies: &[Policy]| -> Result<(), BackendError> {
-        inv.arg(tier).arg(policies.len());
-        for p in policies {
-            inv.arg(params(p)?).arg(p.name());
-        }
-        Ok(())
-    };
-    set("", sets.defaults)?;
+        .arg(policy_set("", sets.defaults)?);
     for (tier, policies) in sets.tiers {
-        set(tier, policies)?;
+        inv.arg(policy_set(tier, policies)?);
     }
     Ok(())
+}
+
+/// A policy set as the check script takes it (one argument): the tier's name (empty for the
+/// defaults), then a line `\n<alg.L.P.B> <name>` per policy. Names and tier names hold no
+/// line break (a policy name is printable ASCII; a tier name letters, digits, `-`, `_` and
+/// `.`).
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (see
+/// [`algorithm_id`]).
+pub(crate) fn policy_set(tier: &str, policies: &[Policy]) -> Result<String, BackendError> {
+    let mut s = String::with_capacity(tier.len() + 40 * policies.len());
+    s.push_str(tier);
+    for p in policies {
+        s.push('\n');
+        s.push_str(&params(p)?);
+        s.push(' ');
+        s.push_str(p.name());
+    }
+    Ok(s)
 }
 
 /// A policy's parameters as the check script takes them and stores them before every
