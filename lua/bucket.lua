@@ -77,7 +77,16 @@ local function bucket(leaky)
     decide = function(p, st, now, c, out, o)
       return debt_decide(p, debt_now(p, st, now), c, leaky, out, o)
     end,
-    admitted = function(p, st, now) return debt_state(p, p.after, now) end,
+    -- In place: st (in p's terms, read by this call only) is not used again.
+    admitted = function(p, st, now)
+      if p.alg == 2 then
+        local f = p.after % p.L
+        st.updated, st.ahead, st.frac = now, (p.after - f) / p.L, f
+      else
+        st.updated, st.debt = now, p.after
+      end
+      return st
+    end,
     refund = function(p, st, now, c)
       local D = debt_now(p, st, now) - min(c, p.B) * p.P
       if D < 0 then D = 0 end

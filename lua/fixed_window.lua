@@ -37,7 +37,11 @@ MAKE[4] = function() return {
     out[o + 1], out[o + 2], out[o + 3] = retry, rem, reset
     return retry == 0, reset
   end,
-  admitted = function(p, st, now) return {updated = now, w = p.w, n = p.n} end,
+  -- In place: st (in p's terms, read by this call only) is not used again.
+  admitted = function(p, st, now)
+    st.updated, st.w, st.n = now, p.w, p.n
+    return st
+  end,
   refund = function(p, st, now, c)
     local w = divmod(now, p.P)
     if st.w ~= w then return nil end

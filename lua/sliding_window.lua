@@ -63,7 +63,11 @@ MAKE[6] = function() return {
     out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
     return rw == 0 and rn == 0, reset
   end,
-  admitted = function(p, st, now) return {updated = now, w = p.w, cur = p.n, prev = p.m} end,
+  -- In place: st (in p's terms, read by this call only) is not used again.
+  admitted = function(p, st, now)
+    st.updated, st.w, st.cur, st.prev = now, p.w, p.n, p.m
+    return st
+  end,
   refund = function(p, st, now, c)
     local w = divmod(now, p.P)
     if st.w ~= w and st.w + 1 ~= w then return nil end
