@@ -137,7 +137,9 @@ pub enum ScriptMode {
     #[default]
     Auto,
     /// `EVALSHA` only (the script is loaded with `SCRIPT LOAD` on `NOSCRIPT`), even on a node
-    /// that offers Functions.
+    /// that offers Functions. Needed behind a proxy that closes the connection on `FUNCTION`
+    /// or `FCALL` instead of answering an error: [`Auto`](Self::Auto) cannot tell that from a
+    /// dropped connection.
     Eval,
 }
 

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use deadpool_redis::redis::Value;
 use turnstile_core::decision::exact_ms;
-
-use crate::call::Call;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
 };
+
+use crate::call::Call;
 
 /// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
 /// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
