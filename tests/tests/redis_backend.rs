@@ -936,6 +936,58 @@ async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
     assert!(command(server.port(), &get).unwrap().contains(&v1));
 }
 
+/// Issue 15: the check script's five arguments (see `lua/check.lua`'s header) are read
+/// strictly, through `FCALL` and `EVALSHA` alike: a malformed policy set or flags argument is
+/// a TURNSTILE_ARGS error reply that changes nothing, never a guess, and a well-formed one
+/// decides (here: admitted, retry 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_check_arguments_are_refused_by_the_script() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lib = turnstile_redis::library();
+    raw(&url, redis::cmd("FUNCTION").arg("LOAD").arg(lib.source()))
+        .await
+        .unwrap();
+    let good = "\n1.5.1000.5 p\n4.3.60000.3 q w";
+    let cases: [(&str, &str, bool); 12] = [
+        ("check defaults 0", good, true),
+        ("check defaults 0", "\n01.5.1000.5 p", true),
+        ("check defaults 0", "\n1.5.1000 p", false),
+        ("check defaults 0", "x\n1.5.1000.5 p", false),
+        ("check defaults 0", "\n1.5.1000.5 p\n1.5.1000.5 p", false),
+        ("check defaults 0", "\nbad\n1.5.1000.5 p", false),
+        ("check defaults 0", "\n1.5.1000.5 ", false),
+        ("check defaults 0", "\n1.0.1000.5 p", false),
+        ("check nope 0", good, false),
+        ("check defaults -1", good, false),
+        ("check defaults 0x10", good, false),
+        ("peek defaults 0", good, false),
+    ];
+    for (i, (flags, set, ok)) in cases.into_iter().enumerate() {
+        for command in ["FCALL", "EVAL"] {
+            let mut c = redis::cmd(command);
+            if command == "FCALL" {
+                c.arg(lib.check_function());
+            } else {
+                c.arg(turnstile_redis::CHECK_SCRIPT);
+            }
+            let cfg = format!("args:{{c{i}}}~cfg");
+            c.arg(1).arg(&cfg).arg("").arg(1).arg(flags);
+            c.arg(format!("args:{{c{i}}}")).arg(set);
+            let what = format!("{command} {flags:?} {set:?}");
+            match raw(&url, &c).await {
+                Ok(redis::Value::Array(v)) if ok => {
+                    assert_eq!(v.get(3), Some(&redis::Value::Int(0)), "{what}: {v:?}");
+                }
+                Err(e) if !ok => {
+                    assert!(e.to_string().contains("TURNSTILE_ARGS"), "{what}: {e}");
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
+}
+
 /// Issue 15: a key's configuration (its override, its tier) is never tied to its state's
 /// lifetime: checks, refunds and resets write state keys with a TTL (their reset_after) but
 /// leave the configuration hash without one, so the override still applies once every state
