@@ -23,24 +23,33 @@ local function debt_now(q, st, now)
   return min(D, q.B * q.P)
 end
 
--- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now).
-local function debt_decide(p, D, c, leaky)
+-- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now),
+-- written at out[o + 1 ..]: retry (-1: never), remaining, reset, and for the leaky bucket
+-- delay, each duration as its numerator over L (D / L ms and the like: exact, at most
+-- B * P). Returns whether it admits and reset_after in whole ms rounded up; p.after is the
+-- debt to store when it admits c > 0.
+local function debt_decide(p, D, c, leaky, out, o)
   local L, P, B = p.L, p.P, p.B
-  local function remaining(d) return B - ceildiv(d, P) end
-  local function queued(d)
-    if leaky then return dur(d, L) end
-    return ZERO
+  local retry, after, delay = -1, D, 0
+  if c == 0 then
+    retry, delay = 0, D
+  elseif c <= B then
+    local room = (B - c) * P
+    if D <= room then
+      after = D + c * P
+      retry, delay, p.after = 0, D, after
+    else
+      retry = D - room
+    end
   end
-  if c > B then return result(0, remaining(D), nil, dur(D, L)) end
-  if c == 0 then return result(1, remaining(D), ZERO, dur(D, L), queued(D)) end
-  local room = (B - c) * P
-  if D <= room then
-    local after = D + c * P
-    local r = result(1, remaining(after), ZERO, dur(after, L), queued(D))
-    r.after = after
-    return r
-  end
-  return result(0, remaining(D), dur(D - room, L), dur(D, L))
+  local r = after % P
+  local used = (after - r) / P
+  if r > 0 then used = used + 1 end
+  out[o + 1], out[o + 2], out[o + 3] = retry, B - used, after
+  if leaky then out[o + 4] = delay end
+  r = after % L
+  if r > 0 then return retry == 0, (after - r) / L + 1 end
+  return retry == 0, after / L
 end
 
 -- A bucket state of policy p holding debt D at now. The GCRA's TAT is kept relative to now
@@ -55,23 +64,35 @@ local function debt_state(p, D, now)
 end
 
 local function bucket(leaky)
+  local width = 3
+  if leaky then width = 4 end
   return {
     fields = 2,
+    width = width,
     fresh = function() return {updated = 0, debt = 0} end,
-    parse = function(q, n)
-      if n[2] > q.B * q.P then return nil end
-      return {updated = n[1], debt = n[2]}
+    parse = function(q, updated, debt)
+      if debt > q.B * q.P then return nil end
+      return {updated = updated, debt = debt}
     end,
-    decide = function(p, st, now, c)
-      return debt_decide(p, debt_now(p, st, now), c, leaky)
+    decide = function(p, st, now, c, out, o)
+      return debt_decide(p, debt_now(p, st, now), c, leaky, out, o)
     end,
-    admitted = function(p, st, now, r) return debt_state(p, r.after, now) end,
+    -- In place: st (in p's terms, read by this call only) is not used again.
+    admitted = function(p, st, now)
+      if p.alg == 2 then
+        local f = p.after % p.L
+        st.updated, st.ahead, st.frac = now, (p.after - f) / p.L, f
+      else
+        st.updated, st.debt = now, p.after
+      end
+      return st
+    end,
     refund = function(p, st, now, c)
       local D = debt_now(p, st, now) - min(c, p.B) * p.P
       if D < 0 then D = 0 end
       return debt_state(p, D, now)
     end,
-    encode = function(st) return int(st.updated) .. '|' .. int(st.debt) end,
+    encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.debt) end,
   }
 end
 

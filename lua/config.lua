@@ -1,6 +1,8 @@
 -- turnstile: read or change one client key's configuration (its override and its tier).
 --
--- Composed after prelude.lua into one script.
+-- Composed after prelude.lua. It defines config(KEYS, ARGV), which the Rust side composes
+-- into the Redis Function library (with check.lua's check) and into the EVALSHA script (the
+-- definitions, then `return config(KEYS, ARGV)`).
 --
 -- KEYS[1] the key's configuration hash: o = override (lines "alg L P B name"), t = tier,
 --         v = version
@@ -18,6 +20,9 @@
 --
 -- Returns {override or '', tier or '', version}.
 
+-- The body is not indented, so that it reads (and diffs) as the script it was.
+local function config(KEYS, ARGV)
+if not match then bind() end
 local op, key = ARGV[1], KEYS[1]
 if op ~= 'get' and op ~= 'set' and op ~= 'clear' then
   return redis.error_reply('TURNSTILE_ARGS unknown operation')
@@ -64,3 +69,4 @@ if op == 'set' then
   end
 end
 return {cfg[1] or '', cfg[2] or '', version}
+end

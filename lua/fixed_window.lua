@@ -4,34 +4,44 @@
 
 MAKE[4] = function() return {
   fields = 3,
+  width = 3,
   fresh = function() return {updated = 0, w = -1, n = 0} end,
-  parse = function(q, n)
+  parse = function(q, updated, w, n)
     -- Written at updated_ms, so in its window; never more than L.
-    if n[2] ~= divmod(n[1], q.P) or n[3] > q.L then return nil end
-    return {updated = n[1], w = n[2], n = n[3]}
+    if w ~= divmod(updated, q.P) or n > q.L then return nil end
+    return {updated = updated, w = w, n = n}
   end,
-  decide = function(p, st, now, c)
-    local L = p.L
-    local w, e = divmod(now, p.P)
+  -- Writes retry (-1: never), remaining and reset, in whole ms.
+  decide = function(p, st, now, c, out, o)
+    local L, P = p.L, p.P
+    local e = now % P
+    local w = (now - e) / P
     local n = 0
     if st.w == w then n = st.n end
-    local to_end = dur_ms(p.P - e)
-    local function reset(k)
-      if k > 0 then return to_end end
-      return ZERO
+    local retry, k = -1, n
+    if c == 0 then
+      retry = 0
+    elseif c <= L then
+      if n <= L - c then
+        retry, k = 0, n + c
+        p.w, p.n = w, k
+      else
+        retry = P - e
+      end
     end
-    local rem = L - n
+    -- reset_after: to the window's end once anything is counted in it
+    local reset = 0
+    if k > 0 then reset = P - e end
+    local rem = L - k
     if rem < 0 then rem = 0 end
-    if c > L then return result(0, rem, nil, reset(n)) end
-    if c == 0 then return result(1, rem, ZERO, reset(n)) end
-    if n <= L - c then
-      local r = result(1, L - n - c, ZERO, reset(n + c))
-      r.w, r.n = w, n + c
-      return r
-    end
-    return result(0, rem, to_end, reset(n))
+    out[o + 1], out[o + 2], out[o + 3] = retry, rem, reset
+    return retry == 0, reset
   end,
-  admitted = function(p, st, now, r) return {updated = now, w = r.w, n = r.n} end,
+  -- In place: st (in p's terms, read by this call only) is not used again.
+  admitted = function(p, st, now)
+    st.updated, st.w, st.n = now, p.w, p.n
+    return st
+  end,
   refund = function(p, st, now, c)
     local w = divmod(now, p.P)
     if st.w ~= w then return nil end
@@ -39,5 +49,5 @@ MAKE[4] = function() return {
     if n < 0 then n = 0 end
     return {updated = now, w = w, n = n}
   end,
-  encode = function(st) return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.n) end,
+  encode = function(params, st) return format('%s|%d|%d|%d', params, st.updated, st.w, st.n) end,
 } end

@@ -6,24 +6,40 @@
 -- 2^53 - 1 and max(L, B) * P by 2^53 - 1, and every piece keeps its intermediates inside
 -- those bounds: a time plus a period can pass 2^53, so times are compared and subtracted
 -- before anything is added to them (now - t < P, never t + P > now), and no state holds an
--- absolute time plus a duration. Division is done with math.fmod, which is exact for
--- doubles, never with '/' followed by floor.
+-- absolute time plus a duration.
 --
--- Everything read from Redis is parsed strictly (nat, fields, policy_of): a value Lua's
--- tonumber happens to accept ('0x10', ' 1', '1e3', 'inf', '-0', '1.0') is invalid state,
--- reported as TURNSTILE_INVALID_STATE, never guessed at.
+-- Division: for integers 0 <= a <= 2^53 - 1 and b >= 1, Lua 5.1's a % b (a - floor(a / b) * b,
+-- computed inline by the VM, no function call) is exact. With q = floor of the true a / b and
+-- a = q * b + r, 0 <= r < b, the true quotient is at least 1 / b below q + 1, while the
+-- rounding of a / b moves it by at most half an ulp, which is below a / b * 2^-53 < 1 / b:
+-- so floor(a / b) is q, q * b <= a is exact, and so is a - q * b. (a - r) / b is then exact
+-- too (a multiple of b divided by b).
+--
+-- Everything read from Redis is parsed strictly (nat, the anchored state patterns,
+-- policy_of): a value Lua's tonumber happens to accept ('0x10', ' 1', '1e3', 'inf', '-0',
+-- '1.0') is invalid state, reported as TURNSTILE_INVALID_STATE, never guessed at. A string
+-- of digits only may then be turned into its number by arithmetic (s + 0: Lua reads it in
+-- decimal, as tonumber would, without a function call).
 
--- Exact integer division of a >= 0 by b > 0: quotient and remainder.
+-- The string functions the hot paths use, as upvalues: bound by bind() at the start of
+-- every call (check and config call it first), since loading a Function library may read no
+-- global at all (not even string).
+local find, match, format
+local function bind()
+  find, match, format = string.find, string.match, string.format
+end
+
+-- Exact integer division of a >= 0 by b > 0: quotient and remainder (see above).
 local function divmod(a, b)
-  local r = math.fmod(a, b)
+  local r = a % b
   return (a - r) / b, r
 end
 
 -- ceil(a / b) for a >= 0, b > 0.
 local function ceildiv(a, b)
-  local q, r = divmod(a, b)
-  if r > 0 then q = q + 1 end
-  return q
+  local r = a % b
+  if r > 0 then return (a - r) / b + 1 end
+  return a / b
 end
 
 local function min(a, b)
@@ -31,21 +47,13 @@ local function min(a, b)
   return b
 end
 
--- An exact duration in ms as {whole, num, den}: whole + num / den, 0 <= num < den.
-local ZERO = {0, 0, 1}
-local function dur(num, den)
-  local q, r = divmod(num, den)
-  return {q, r, den}
-end
-local function dur_ms(ms) return {ms, 0, 1} end
--- whole ms rounded up, for PEXPIRE / SET PX
-local function dur_ceil(d)
-  if d[2] > 0 then return d[1] + 1 end
-  return d[1]
-end
+-- Durations: every algorithm writes its reply's durations as exact integers over a
+-- denominator the caller knows (see check.lua's header), so no duration is a table.
 
--- Integers as text, exactly (tostring would print 15+ digit numbers in exponent form).
-local function int(n) return string.format('%.0f', n) end
+-- Integers as text, exactly: '%d' formats the number as a C long (64 bits), exact for every
+-- integer below 2^53 and much cheaper than '%.0f' (tostring would print 15+ digit numbers in
+-- exponent form).
+local function int(n) return format('%d', n) end
 
 -- The contract's bounds (SEMANTICS.md "Inputs"; turnstile_core::policy's MAX_* constants).
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1: times, costs, max(L, B) * P
@@ -56,11 +64,11 @@ local MAX_PERIOD = 31536000000 -- 365 days in ms
 -- only (leading zeros allowed), else nil. Redis replies and arguments arrive as strings;
 -- anything else (nil, false) is not a number either.
 local function nat(s)
-  if type(s) ~= 'string' or not string.find(s, '^%d+$') then return nil end
-  -- Digits only, so tonumber reads them in decimal; a value of 2^53 or more rounds to a
+  if type(s) ~= 'string' or not find(s, '^%d+$') then return nil end
+  -- Digits only, so s + 0 reads them in decimal; a value of 2^53 or more rounds to a
   -- double of 2^53 or more (rounding is monotonic), never to one below.
-  local n = tonumber(s)
-  if not n or n > MAX_EXACT then return nil end
+  local n = s + 0
+  if n > MAX_EXACT then return nil end
   return n
 end
 
@@ -86,10 +94,12 @@ end
 local STATE_FORMAT = 'f2'
 
 -- A state's numbers after its parameters, by their count: digits only, '|' between them.
+-- The first capture is the parameters' text (anything up to the first '|'), compared with the
+-- policy's own as a whole string.
 local STATE_FIELDS = {
-  [2] = '^(%d+)|(%d+)$',
-  [3] = '^(%d+)|(%d+)|(%d+)$',
-  [4] = '^(%d+)|(%d+)|(%d+)|(%d+)$',
+  [2] = '^([^|]*)|(%d+)|(%d+)$',
+  [3] = '^([^|]*)|(%d+)|(%d+)|(%d+)$',
+  [4] = '^([^|]*)|(%d+)|(%d+)|(%d+)|(%d+)$',
 }
 
 -- The error of a policy's state that cannot be read (at key: its state or its log). A reset
@@ -184,25 +194,24 @@ local function config_problem(cfg)
   return nil
 end
 
+-- ttl: whole ms >= 1, passed as text ('%d': a number argument would be written with '%.17g',
+-- exact too, but several times the work).
 local function store(key, value, ttl)
-  redis.call('SET', key, value, 'PX', int(ttl))
+  redis.call('SET', key, value, 'PX', format('%d', ttl))
 end
 
--- A policy's result. retry == nil means no wait can help ("never"). r.new, when set, is
--- the state to store if the request is admitted.
-local function result(allowed, remaining, retry, reset, delay)
-  return {allowed = allowed, remaining = remaining, retry = retry, reset = reset,
-          delay = delay or ZERO}
-end
-
--- The algorithms by id: ALG[id] is built by MAKE[id] the first time a call uses it, so a
--- call creates the functions of the algorithms it runs, not of all six (with EVALSHA the
--- whole script runs again on every call).
-local MAKE = {}
-local ALG = setmetatable({}, {__index = function(t, id)
+-- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call
+-- uses it, so a call creates the functions of the algorithms it runs, not of all six (with
+-- EVALSHA the whole script runs again on every call; a Function library keeps them from call
+-- to call). A plain function, not a metatable: loading a Function library offers no
+-- setmetatable. nil for an id no algorithm has.
+local MAKE, ALG = {}, {}
+local function algorithm(id)
+  local a = ALG[id]
+  if a then return a end
   local make = MAKE[id]
   if not make then return nil end
-  local a = make()
-  rawset(t, id, a)
+  a = make()
+  ALG[id] = a
   return a
-end})
+end

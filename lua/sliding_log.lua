@@ -15,9 +15,9 @@ local CHUNK = 128
 -- update, anything but "digits:digits").
 local function log_entry(p, st, s)
   if not s then return nil end
-  local f = fields(s, ':')
-  local t, c = nat(f[1]), nat(f[2])
-  if #f ~= 2 or not t or not c or c < 1 or t > st.updated then
+  local t, c = match(s, '^(%d+):(%d+)$')
+  if t then t, c = t + 0, c + 0 end
+  if not t or t > MAX_EXACT or c > MAX_EXACT or c < 1 or t > st.updated then
     return nil, nil, bad(p.logkey)
   end
   return t, c
@@ -37,11 +37,13 @@ end
 
 MAKE[5] = function() return {
   fields = 2,
+  width = 3,
   fresh = function() return {updated = 0, total = 0, fresh = true} end,
-  parse = function(q, n) return {updated = n[1], total = n[2]} end,
-  decide = function(p, st, now, c)
+  parse = function(q, updated, total) return {updated = updated, total = total} end,
+  -- Writes retry (-1: never), remaining and reset, in whole ms; nil and an error when the
+  -- log cannot be read.
+  decide = function(p, st, now, c, out, o)
     local L, P = p.L, p.P
-    local function live(t) return now - t < P end
     -- Count the expired prefix (entries with now - time >= P).
     local expired_n, expired_cost = 0, 0
     local live_from = nil -- list entries from this index on are live
@@ -49,65 +51,72 @@ MAKE[5] = function() return {
       local i = 0
       while not live_from do
         local chunk, err = log_range(p, i)
-        if err then return err end
+        if err then return nil, err end
         -- The log's entries add up to total: no log, no total.
-        if i == 0 and #chunk == 0 and st.total > 0 then return bad(p.logkey, 'no log') end
+        if i == 0 and #chunk == 0 and st.total > 0 then return nil, bad(p.logkey, 'no log') end
         if #chunk == 0 then break end
         for j = 1, #chunk do
           local t, cost, e = log_entry(p, st, chunk[j])
-          if e then return e end
-          if live(t) then live_from = i + j - 1; break end
+          if e then return nil, e end
+          if now - t < P then live_from = i + j - 1; break end
           expired_n, expired_cost = expired_n + 1, expired_cost + cost
         end
         i = i + CHUNK
       end
     end
-    if expired_cost > st.total then return bad(p.key, 'total below the log') end
+    if expired_cost > st.total then return nil, bad(p.key, 'total below the log') end
     local used = st.total - expired_cost
     local newest = nil
     if live_from then
       local t, _, err = log_newest(p, st)
-      if err then return err end
+      if err then return nil, err end
       newest = t
     end
-    local function until_expiry(t) return dur_ms(P - (now - t)) end
-    local reset = ZERO
-    if newest then reset = until_expiry(newest) end
+    -- an entry logged at t expires P - (now - t) ms from now
+    local reset = 0
+    if newest then reset = P - (now - newest) end
     local rem = L - used
     if rem < 0 then rem = 0 end
-    if c > L then return result(0, rem, nil, reset) end
-    if c == 0 then return result(1, rem, ZERO, reset) end
-    if used <= L - c then
-      local r = result(1, L - used - c, ZERO, until_expiry(now))
-      r.prune, r.total = expired_n, used + c
-      return r
-    end
-    -- Walk the live entries oldest first until the freed cost covers the need.
-    local need = used + c - L
-    local freed, retry = 0, reset
-    local i = live_from
-    while i do
-      local chunk, err = log_range(p, i)
-      if err then return err end
-      if #chunk == 0 then break end
-      for j = 1, #chunk do
-        local t, cost, e = log_entry(p, st, chunk[j])
-        if e then return e end
-        freed = freed + cost
-        if freed >= need then retry = until_expiry(t); i = nil; break end
+    local retry = -1
+    if c == 0 then
+      retry = 0
+    elseif c <= L then
+      if used <= L - c then
+        out[o + 1], out[o + 2], out[o + 3] = 0, L - used - c, P
+        p.prune, p.total = expired_n, used + c
+        return true, P
       end
-      if i then i = i + CHUNK end
+      -- Walk the live entries oldest first until the freed cost covers the need.
+      -- (The live entries add up to used >= need: a walk that ends short is a total above
+      -- the log's, a state no requests leave.)
+      local need = used + c - L
+      local freed = 0
+      local i = live_from
+      while i do
+        local chunk, err = log_range(p, i)
+        if err then return nil, err end
+        if #chunk == 0 then break end
+        for j = 1, #chunk do
+          local t, cost, e = log_entry(p, st, chunk[j])
+          if e then return nil, e end
+          freed = freed + cost
+          if freed >= need then retry = P - (now - t); i = nil; break end
+        end
+        if i then i = i + CHUNK end
+      end
+      if retry == -1 then return nil, bad(p.key, 'total above the log') end
     end
-    return result(0, rem, retry, reset)
+    out[o + 1], out[o + 2], out[o + 3] = retry, rem, reset
+    return retry == 0, reset
   end,
   -- Writes the log itself; returns the state to store at KEY. decide has read the log (its
   -- newest live entry included) without error.
-  admitted = function(p, st, now, r, c)
+  admitted = function(p, st, now, c)
     if st.fresh then
       -- no state (or another algorithm's): drop whatever log is left
       redis.call('DEL', p.logkey)
-    elseif r.prune > 0 then
-      redis.call('LTRIM', p.logkey, r.prune, -1)
+    elseif p.prune > 0 then
+      redis.call('LTRIM', p.logkey, p.prune, -1)
     end
     local t, cost = log_newest(p, st)
     if t == now then
@@ -115,7 +124,7 @@ MAKE[5] = function() return {
     else
       redis.call('RPUSH', p.logkey, int(now) .. ':' .. int(c))
     end
-    return {updated = now, total = r.total}
+    return {updated = now, total = p.total}
   end,
   -- Shrinks the newest live entries first; writes the log itself. decide has read the log
   -- without error.
@@ -135,5 +144,5 @@ MAKE[5] = function() return {
     end
     return {updated = now, total = total}
   end,
-  encode = function(st) return int(st.updated) .. '|' .. int(st.total) end,
+  encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.total) end,
 } end

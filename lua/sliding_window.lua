@@ -12,48 +12,62 @@ local function sliding_counts(st, w)
   return 0, 0
 end
 
+-- floor(L - est) (at least 0) with k counted in the current window, weighted = m * (P - e).
+local function sliding_remaining(L, P, weighted, k)
+  if k > L then return 0 end
+  local free = (L - k) * P - weighted
+  if free <= 0 then return 0 end
+  local r = free % P
+  return (free - r) / P
+end
+
 MAKE[6] = function() return {
   fields = 4,
+  width = 5,
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
-  parse = function(q, n)
+  parse = function(q, updated, w, cur, prev)
     -- Written at updated_ms, so in its window; neither count ever more than L.
-    if n[2] ~= divmod(n[1], q.P) or n[3] > q.L or n[4] > q.L then return nil end
-    return {updated = n[1], w = n[2], cur = n[3], prev = n[4]}
+    if w ~= divmod(updated, q.P) or cur > q.L or prev > q.L then return nil end
+    return {updated = updated, w = w, cur = cur, prev = prev}
   end,
-  decide = function(p, st, now, c)
+  -- Writes retry as whole, num, den (whole + num / den ms; -1, 0, 1: never), remaining, and
+  -- reset in whole ms.
+  decide = function(p, st, now, c, out, o)
     local L, P = p.L, p.P
-    local w, e = divmod(now, P)
+    local e = now % P
+    local w = (now - e) / P
     local n, m = sliding_counts(st, w)
     local weighted = m * (P - e)
-    local function remaining(k)
-      if k > L then return 0 end
-      local free = (L - k) * P - weighted
-      if free <= 0 then return 0 end
-      local q = divmod(free, P)
-      return q
+    local rw, rn, rd, k = -1, 0, 1, n
+    if c == 0 then
+      rw = 0
+    elseif c <= L then
+      if n + c > L then
+        -- wait for the next window (m' = n, n' = 0): (P - e) + P * (n + c - L) / n
+        local num = P * (n + c - L)
+        rn, rd = num % n, n
+        rw = (num - rn) / n + (P - e)
+      elseif weighted <= (L - n - c) * P then
+        rw, k = 0, n + c
+        p.w, p.n, p.m = w, k, m
+      else
+        -- the previous window's weight must decay: (m * (P - e) - (L - n - c) * P) / m
+        local num = weighted - (L - n - c) * P
+        rn, rd = num % m, m
+        rw = (num - rn) / m
+      end
     end
-    local function reset(k)
-      if k > 0 then return dur_ms(2 * P - e) end
-      if m > 0 then return dur_ms(P - e) end
-      return ZERO
-    end
-    if c > L then return result(0, remaining(n), nil, reset(n)) end
-    if c == 0 then return result(1, remaining(n), ZERO, reset(n)) end
-    if n + c > L then
-      -- wait for the next window (m' = n, n' = 0): (P - e) + P * (n + c - L) / n
-      local d = dur(P * (n + c - L), n)
-      d[1] = d[1] + (P - e)
-      return result(0, remaining(n), d, reset(n))
-    end
-    if weighted <= (L - n - c) * P then
-      local r = result(1, remaining(n + c), ZERO, reset(n + c))
-      r.w, r.n, r.m = w, n + c, m
-      return r
-    end
-    -- the previous window's weight must decay: (m * (P - e) - (L - n - c) * P) / m
-    return result(0, remaining(n), dur(weighted - (L - n - c) * P, m), reset(n))
+    local reset = 0
+    if k > 0 then reset = 2 * P - e elseif m > 0 then reset = P - e end
+    out[o + 1], out[o + 2], out[o + 3] = rw, rn, rd
+    out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
+    return rw == 0 and rn == 0, reset
   end,
-  admitted = function(p, st, now, r) return {updated = now, w = r.w, cur = r.n, prev = r.m} end,
+  -- In place: st (in p's terms, read by this call only) is not used again.
+  admitted = function(p, st, now)
+    st.updated, st.w, st.cur, st.prev = now, p.w, p.n, p.m
+    return st
+  end,
   refund = function(p, st, now, c)
     local w = divmod(now, p.P)
     if st.w ~= w and st.w + 1 ~= w then return nil end
@@ -63,7 +77,7 @@ MAKE[6] = function() return {
     if m < 0 then m = 0 end
     return {updated = now, w = w, cur = n - take, prev = m}
   end,
-  encode = function(st)
-    return int(st.updated) .. '|' .. int(st.w) .. '|' .. int(st.cur) .. '|' .. int(st.prev)
+  encode = function(params, st)
+    return format('%s|%d|%d|%d|%d', params, st.updated, st.w, st.cur, st.prev)
   end,
 } end

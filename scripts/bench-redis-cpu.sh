@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Redis CPU per decision of each single-policy turnstile script next to the plain GCRA script
+# Redis CPU per decision of each single-policy turnstile call next to the plain GCRA script
 # /work/shared/bench/gcra.lua (../shared/bench/gcra.lua from the repository; GCRA_LUA
 # overrides the path), used verbatim, measured the same way in the same run, as
 # ../shared/bench/README.md describes:
-#   CONFIG RESETSTAT; redis-benchmark -c 50 -n N -P 16 -r 10000 evalsha SHA 1 KEY ARGS...;
-#   INFO commandstats -> cmdstat_evalsha usec_per_call
+#   CONFIG RESETSTAT; redis-benchmark -c 50 -n N -P 16 -r 10000 <command> ...;
+#   INFO commandstats -> cmdstat_<command> usec_per_call
+# turnstile's calls go as RedisBackend sends them on Redis 7: FCALL of the check function of
+# its Function library (turnstile_redis::library(), loaded once with FUNCTION LOAD), measured
+# with cmdstat_fcall; gcra.lua with EVALSHA (cmdstat_evalsha). Extra rows: the gcra policy and
+# the three policies through turnstile's EVALSHA script (CHECK_SCRIPT: what Redis before 7, or
+# ScriptMode::Eval, runs), and three policies on one request through FCALL (a token bucket
+# per second, a sliding window per hour, a fixed window of 10^8 per day).
 # Every policy admits everything, so the writing path is measured: buckets 1 per second with
 # a burst of 10^9 (as gcra.lua's ARGS 1000000 1000000000 1), windows 10^9 per hour. A script
 # that only returns 1 gives the floor, and "defs-only" (the composed script's definitions,
-# then return 1) what turnstile's scripts pay before deciding anything. ROUNDS rounds (default 5), scripts in alternating
-# order; REQUESTS calls each (default 100000).
+# then return 1) what an EVALSHA of turnstile's script pays before deciding anything (FCALL
+# pays it once, at FUNCTION LOAD). ROUNDS rounds (default 5), scripts in alternating order;
+# REQUESTS calls each (default 100000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -32,6 +39,9 @@ trap 'stop_redis; rm -rf "$OUT"' EXIT
 R=(redis-cli -p "$REDIS_PORT")
 "${CARGO_TARGET_DIR:-target}/release/redis_bench" script >"$OUT/check.lua"
 CHECK=$("${R[@]}" -x SCRIPT LOAD <"$OUT/check.lua")
+"${CARGO_TARGET_DIR:-target}/release/redis_bench" library >"$OUT/library.lua"
+LIB=$("${R[@]}" -x FUNCTION LOAD REPLACE <"$OUT/library.lua")
+FN="${LIB}_check"
 GCRA=$("${R[@]}" -x SCRIPT LOAD <"$GCRA_LUA")
 EMPTY=$("${R[@]}" SCRIPT LOAD 'return 1')
 # For the analysis: the composed script's definitions alone (prelude.lua and the algorithm
@@ -45,31 +55,54 @@ DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
 # like the backend's hashed ones; ALG: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed
 # window, 5 sliding log, 6 sliding window.
 TAG='00000000000000000000__rand_int__'
-targs() {  # alg limit period_ms capacity
-  echo "$CHECK 1 turnstile:v1:{$TAG}~cfg '' 1 0 defaults check turnstile:v1:{$TAG} 1 '' 1 $1.$2.$3.$4 p"
+# The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
+# space and '^' for a line break inside an argument (see unword), '' for an empty one.
+HEAD="1 turnstile:v1:{$TAG}~cfg '' 1 check+defaults+0 turnstile:v1:{$TAG}"
+unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
+  ARGV_OUT=()
+  local a
+  for a in "$@"; do
+    [ "$a" = "''" ] && a=''
+    a=${a//+/ }
+    ARGV_OUT+=("${a//^/$'\n'}")
+  done
 }
-NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window)
+targs() {  # command (fcall|evalsha) alg limit period_ms capacity
+  local target=$FN; [ "$1" = evalsha ] && target=$CHECK
+  echo "$1 $target $HEAD ^$2.$3.$4.$5+p"
+}
+three() {  # command: a token bucket per second, a sliding window per hour, a fixed window per day
+  local target=$FN; [ "$1" = evalsha ] && target=$CHECK
+  echo "$1 $target $HEAD ^1.1.1000.1000000000+s^6.1000000000.3600000.1000000000+h^4.100000000.86400000.100000000+d"
+}
+NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window three-policies gcra-evalsha three-evalsha)
 declare -A CMD=(
-  [empty]="$EMPTY 0"
-  [defs-only]="$DEFS 0"
-  [gcra.lua]="$GCRA 1 k:__rand_int__ 1000000 1000000000 1"
-  [token-bucket]="$(targs 1 1 1000 1000000000)"
-  [gcra]="$(targs 2 1 1000 1000000000)"
-  [leaky-bucket]="$(targs 3 1 1000 1000000000)"
-  [fixed-window]="$(targs 4 1000000000 3600000 1000000000)"
-  [sliding-log]="$(targs 5 1000000000 3600000 1000000000)"
-  [sliding-window]="$(targs 6 1000000000 3600000 1000000000)"
+  [empty]="evalsha $EMPTY 0"
+  [defs-only]="evalsha $DEFS 0"
+  [gcra.lua]="evalsha $GCRA 1 k:__rand_int__ 1000000 1000000000 1"
+  [token-bucket]="$(targs fcall 1 1 1000 1000000000)"
+  [gcra]="$(targs fcall 2 1 1000 1000000000)"
+  [leaky-bucket]="$(targs fcall 3 1 1000 1000000000)"
+  [fixed-window]="$(targs fcall 4 1000000000 3600000 1000000000)"
+  [sliding-log]="$(targs fcall 5 1000000000 3600000 1000000000)"
+  [sliding-window]="$(targs fcall 6 1000000000 3600000 1000000000)"
+  [three-policies]="$(three fcall)"
+  [gcra-evalsha]="$(targs evalsha 2 1 1000 1000000000)"
+  [three-evalsha]="$(three evalsha)"
 )
 
 # Every invocation admits (probe on a key of its own).
 for name in "${NAMES[@]}"; do
   read -r -a argv <<<"${CMD[$name]//__rand_int__/probe}"
-  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
-  reply=$("${R[@]}" EVALSHA "${argv[@]}" | tr '\n' ' ')
+  unword "${argv[@]}"; argv=("${ARGV_OUT[@]}")
+  reply=$("${R[@]}" "${argv[@]}" | tr '\n' ' ')
   case $name in
     empty|defs-only) ok=$([ "$reply" = "1 " ] && echo y) ;;
     gcra.lua) ok=$(awk '{ if ($1 == 1) print "y" }' <<<"$reply") ;;
-    *) ok=$(awk '{ if ($5 == 1) print "y" }' <<<"$reply") ;;  # empty tier name: no field
+    # the reply (lua/check.lua): now, version, applied, then each policy's retry first (0:
+    # admitted); three policies: a token bucket (3 values), a sliding window (5), a fixed window
+    three*) ok=$(awk '{ if ($4 == 0 && $7 == 0 && $8 == 0 && $12 == 0) print "y" }' <<<"$reply") ;;
+    *) ok=$(awk '{ if ($4 == 0) print "y" }' <<<"$reply") ;;
   esac
   [ "$ok" = y ] || { echo "$0: the $name invocation does not admit: $reply" >&2; exit 1; }
 done
@@ -77,22 +110,22 @@ done
 once() {  # name: sets LINE "usec_per_call rps" and FOREIGN
   local name=$1 argv i
   read -r -a argv <<<"${CMD[$name]}"
-  for i in "${!argv[@]}"; do [ "${argv[i]}" = "''" ] && argv[i]=''; done
+  unword "${argv[@]}"; argv=("${ARGV_OUT[@]}")
   wait_quiet
   "${R[@]}" CONFIG RESETSTAT >/dev/null
   measure_begin "$REDIS_PID"
   taskset -c "$CLIENT_CPU" redis-benchmark -p "$REDIS_PORT" -c 50 -n "$REQUESTS" -P 16 -r 10000 --csv \
-    evalsha "${argv[@]}" >"$OUT/rb.txt"
+    "${argv[@]}" >"$OUT/rb.txt"
   measure_end "$REDIS_PID"
   local usec rps
-  usec=$("${R[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
+  usec=$("${R[@]}" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_${argv[0]}:.*usec_per_call=\([0-9.]*\).*/\1/p")
   rps=$(tail -1 "$OUT/rb.txt" | tr -d '"' | cut -d, -f2)
   LINE="$usec $rps"
 }
 
 machine
 echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on CPU $SERVER_CPU, redis-benchmark -c 50 -n $REQUESTS -P 16 -r 10000 on CPU $CLIENT_CPU; $ROUNDS rounds"
-echo "# gcra.lua: $GCRA_LUA (sha $GCRA); turnstile check script sha $CHECK"
+echo "# gcra.lua: $GCRA_LUA (sha $GCRA, EVALSHA); turnstile: FCALL $FN (library $LIB), EVALSHA rows: check script sha $CHECK"
 for round in $(seq "$ROUNDS"); do
   if [ $((round % 2)) = 1 ]; then order=("${NAMES[@]}"); else order=(); for ((i=${#NAMES[@]}-1; i>=0; i--)); do order+=("${NAMES[i]}"); done; fi
   for name in "${order[@]}"; do
@@ -128,4 +161,5 @@ for name in "${NAMES[@]}"; do
     "$(pair "$OUT/$name" "$OUT/gcra.lua" | stats %.2f)" "$(col "$OUT/$name" 2 | stats)" \
     "$(pair "$OUT/$name" "$OUT/gcra.lua" | wc -l | tr -d ' ')" "$ROUNDS"
 done
-echo "  goal: each single-policy turnstile script at or below gcra.lua (ratio <= 1.00)"
+echo "  goal (issue 15): each single-policy turnstile FCALL at or below gcra.lua (ratio <= 1.00);"
+echo "  three policies on one request (three-policies, FCALL) at or below 2.00"

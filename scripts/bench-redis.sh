@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Redis: decisions through turnstile's RedisBackend against redis-benchmark running EVALSHA of
-# the same script (turnstile_redis::CHECK_SCRIPT) with the same arguments and the same
-# concurrency: the ceiling of a one-round-trip design. Then a flood: one key far over its
-# limit from 64 tasks, with the backend's deny cache off and on, counting Redis calls per
-# decision (INFO commandstats, evalsha calls before and after).
+# Redis: decisions through turnstile's RedisBackend against redis-benchmark running FCALL of
+# the same function (the check function of turnstile_redis::library(), which the backend
+# calls on Redis 7) with the same arguments and the same concurrency: the ceiling of a
+# one-round-trip design. Then a flood: one key far over its limit from 64 tasks, with the
+# backend's deny cache off and on, counting Redis calls per decision (INFO commandstats,
+# fcall + evalsha calls before and after).
 #
 # A private redis-server (free port, no persistence) runs on one CPU, the load generators on
 # the other. Each RedisBackend run also reports the PINGs the server saw per decision (the
@@ -26,22 +27,25 @@ OUT=$(mktemp -d)
 start_redis
 trap 'stop_redis; rm -rf "$OUT"' EXIT
 R=(redis-cli -p "$REDIS_PORT")
-"$BENCH" script >"$OUT/check.lua"
-SHA=$("${R[@]}" -x SCRIPT LOAD <"$OUT/check.lua")
+"$BENCH" library >"$OUT/library.lua"
+LIB=$("${R[@]}" -x FUNCTION LOAD REPLACE <"$OUT/library.lua")
+FN="${LIB}_check"
 
 # The check script's arguments for one all-admitting token bucket, as RedisBackend sends them
 # (lua/check.lua's header): KEYS[1] the key's configuration hash; ARGV: time ('' = the
-# server's TIME), cost, least TTL, unconfigured mode, op, key base, 1 policy set: tier '', 1
-# policy: parameters "1.1.1000.1000000000" (algorithm 1, token bucket; limit 1; period
-# 1000 ms; burst 10^9), name "bench". The
+# server's TIME), cost, "op unconfigured least-TTL", key base, 1 policy set: tier '', then 1
+# policy line: parameters "1.1.1000.1000000000" (algorithm 1, token bucket; limit 1; period
+# 1000 ms; burst 10^9) and name "bench". The
 # client key is 32 characters, as the backend's hashed keys are; redis-benchmark puts a
 # random 12-digit number in place of each __rand_int__ (-r 10000: 10,000 keys).
 TAG='00000000000000000000__rand_int__'
-ARGS=(1 "turnstile:v1:{$TAG}~cfg" '' 1 0 defaults check "turnstile:v1:{$TAG}" 1 '' 1 1.1.1000.1000000000 bench)
+SET=$'\n1.1.1000.1000000000 bench'
+ARGS=(1 "turnstile:v1:{$TAG}~cfg" '' 1 'check defaults 0' "turnstile:v1:{$TAG}" "$SET")
 
-# Proof the invocation is the same decision: both admit, same fields.
-"${R[@]}" EVALSHA "$SHA" 1 'turnstile:v1:{probe}~cfg' '' 1 0 defaults check 'turnstile:v1:{probe}' 1 '' 1 1.1.1000.1000000000 bench \
-  | sed -n '6,12p' | tr '\n' ' ' | awk '{ if ($1 != 1) { print "the redis-benchmark invocation is not admitted: " $0; exit 1 } }'
+# Proof the invocation is the same decision: it admits (the reply: now, version, applied,
+# then the policy's retry, 0 when admitted).
+"${R[@]}" FCALL "$FN" 1 'turnstile:v1:{probe}~cfg' '' 1 'check defaults 0' 'turnstile:v1:{probe}' "$SET" \
+  | sed -n '4p' | awk '{ if ($1 != 0) { print "the redis-benchmark invocation is not admitted: " $0; exit 1 } }'
 
 field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p"; }
 
@@ -60,7 +64,7 @@ benchmark_once() {  # concurrency
   [ "$c" = 1 ] && n=$(( REQUESTS * 3 / 8 ))
   wait_quiet; measure_begin "$REDIS_PID"
   taskset -c "$CLIENT_CPU" redis-benchmark -p "$REDIS_PORT" -c "$c" -n "$n" -r 10000 --csv \
-    evalsha "$SHA" "${ARGS[@]}" >"$OUT/rb.txt"
+    fcall "$FN" "${ARGS[@]}" >"$OUT/rb.txt"
   measure_end "$REDIS_PID"
   # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
   LINE=$(tail -1 "$OUT/rb.txt" | tr -d '"' | awk -F, '{ printf("%s %.1f %.1f 0\n", $2, $5 * 1000, $7 * 1000) }')
@@ -81,7 +85,7 @@ keep() {  # file label round: runs $ONCE until undisturbed, appends the kept LIN
 
 machine
 echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on CPU $SERVER_CPU (port $REDIS_PORT, no persistence); clients on CPU $CLIENT_CPU; $ROUNDS rounds"
-echo "# check script sha $SHA; 10,000 keys; one all-admitting token bucket (1/s, burst 10^9)"
+echo "# check function $FN; 10,000 keys; one all-admitting token bucket (1/s, burst 10^9)"
 for c in $CONCURRENCY; do
   echo "concurrency $c:"
   for round in $(seq "$ROUNDS"); do
@@ -90,7 +94,7 @@ for c in $CONCURRENCY; do
       if [ "$who" = t ]; then
         ONCE=(turnstile_once "$c"); keep "$OUT/t$c" "RedisBackend ($c tasks, pool $c)" "$round"
       else
-        ONCE=(benchmark_once "$c"); keep "$OUT/b$c" "redis-benchmark EVALSHA (-c $c)" "$round"
+        ONCE=(benchmark_once "$c"); keep "$OUT/b$c" "redis-benchmark FCALL (-c $c)" "$round"
       fi
     done
   done
@@ -103,10 +107,11 @@ flood_once() {  # on|off
   taskset -c "$CLIENT_CPU" "$BENCH" run --url "redis://127.0.0.1:$REDIS_PORT" --concurrency "$FLOOD_C" \
     --duration-ms "$DURATION_MS" --flood --deny-cache "$1" >"$OUT/run.txt"
   measure_end "$REDIS_PID"
-  # evalsha_calls: INFO commandstats before and after the measured part (the binary reads it
-  # on a connection of its own); backend_redis_calls: the backend's own count, a cross-check.
+  # script_calls: FCALL + EVALSHA in INFO commandstats before and after the measured part (the
+  # binary reads it on a connection of its own); backend_redis_calls: the backend's own count,
+  # a cross-check.
   local d calls own
-  d=$(field decisions <"$OUT/run.txt"); calls=$(field evalsha_calls <"$OUT/run.txt")
+  d=$(field decisions <"$OUT/run.txt"); calls=$(field script_calls <"$OUT/run.txt")
   own=$(field backend_redis_calls <"$OUT/run.txt")
   LINE="$(field per_sec <"$OUT/run.txt") $(awk -v c="$calls" -v d="$d" 'BEGIN { printf("%.6f", c / d) }') $(field p99_us <"$OUT/run.txt") $calls $own $d"
 }
@@ -118,7 +123,7 @@ for round in $(seq "$ROUNDS"); do
     for try in $(seq "$TRIES"); do "${ONCE[@]}"; [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break; done
     echo "$LINE $FOREIGN" >>"$OUT/flood-$dc"
     read -r rate cpd p99 calls own d <<<"$LINE"
-    printf '  round %d  deny cache %-3s %10.0f decisions/s  %.6f Redis calls/decision (INFO commandstats: %d evalsha / %d decisions; backend count %d)  p99 %.1f us  (foreign CPU %d%%)\n' \
+    printf '  round %d  deny cache %-3s %10.0f decisions/s  %.6f Redis calls/decision (INFO commandstats: %d fcall+evalsha / %d decisions; backend count %d)  p99 %.1f us  (foreign CPU %d%%)\n' \
       "$round" "$dc" "$rate" "$cpd" "$calls" "$d" "$own" "$p99" "$FOREIGN"
   done
 done
@@ -139,8 +144,8 @@ pair() {  # file_a col_a file_b col_b: a / b over the rounds both were undisturb
 used() { wc -l | tr -d ' '; }
 
 echo
-echo "RedisBackend vs redis-benchmark EVALSHA of the same script (median (min-max) over the undisturbed rounds):"
-printf '%-6s %-30s %-30s %-18s %-18s %-22s %s\n' tasks "RedisBackend decisions/s" "redis-benchmark EVALSHA/s" "p50 us (RB|r-b)" "p99 us (RB|r-b)" "paired ratio RB/r-b" "rounds used"
+echo "RedisBackend vs redis-benchmark FCALL of the same function (median (min-max) over the undisturbed rounds):"
+printf '%-6s %-30s %-30s %-18s %-18s %-22s %s\n' tasks "RedisBackend decisions/s" "redis-benchmark FCALL/s" "p50 us (RB|r-b)" "p99 us (RB|r-b)" "paired ratio RB/r-b" "rounds used"
 for c in $CONCURRENCY; do
   printf '%-6s %-30s %-30s %-18s %-18s %-22s %s of %s\n' "$c" \
     "$(col "$OUT/t$c" 1 | stats)" "$(col "$OUT/b$c" 1 | stats)" \
@@ -148,7 +153,7 @@ for c in $CONCURRENCY; do
     "$(col "$OUT/t$c" 3 | stats | cut -d' ' -f1)|$(col "$OUT/b$c" 3 | stats | cut -d' ' -f1)" \
     "$(pair "$OUT/t$c" 1 "$OUT/b$c" 1 | stats %.3f)" "$(pair "$OUT/t$c" 1 "$OUT/b$c" 1 | used)" "$ROUNDS"
 done
-echo "  goal: RedisBackend >= 0.90 of redis-benchmark's EVALSHA rate at 64 tasks"
+echo "  goal: RedisBackend >= 0.90 of redis-benchmark's FCALL rate at 64 tasks"
 echo
 echo "flood ($FLOOD_C tasks on one key):"
 for dc in off on; do

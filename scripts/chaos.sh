@@ -16,7 +16,7 @@
 #                 redis+sentinel:// URL; kill -9 the primary
 #   client-pause  CLIENT PAUSE 1500 ALL
 #   debug-sleep   DEBUG SLEEP 1 (Redis busy for 1 s)
-#   script-flush  SCRIPT FLUSH (every call meets NOSCRIPT once)
+#   script-flush  SCRIPT FLUSH and FUNCTION FLUSH (every call meets NOSCRIPT or "Function not found" once)
 #   cluster-kill  3 masters + 1 replica each, cluster-node-timeout 1000 ms,
 #                 cluster-require-full-coverage no (FULL_COVERAGE=yes: Redis's default);
 #                 apps on the six comma-separated URLs; kill -9 the master of key k0
@@ -292,7 +292,8 @@ inject() { # FAULT; sets BACK_MS, the epoch ms at which Redis served again (0: n
       rcli "$R1" debug sleep 1 >/dev/null ;;
     script-flush)
       FAULT_MS=$(now_ms)
-      rcli "$R1" script flush >/dev/null ;;
+      rcli "$R1" script flush >/dev/null
+      rcli "$R1" function flush >/dev/null ;;
     cluster-kill)
       probe cluster-master "$HEIR"
       FAULT_MS=$(now_ms)

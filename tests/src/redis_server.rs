@@ -496,3 +496,15 @@ impl RedisSentinel {
         self.server.port()
     }
 }
+
+/// The `calls` of `cmdstat_<command>` in the server's `INFO commandstats` (`fcall`,
+/// `evalsha`, `function|load`, ...): 0 when the command never ran.
+pub fn command_calls(port: u16, command: &str) -> u64 {
+    let stats = query(port, "INFO commandstats").expect("INFO commandstats");
+    let field = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(field.as_str()))
+        .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |n| n.trim().parse().expect("a call count"))
+}

@@ -11,8 +11,8 @@ use turnstile_core::{
     Policy, Unconfigured,
 };
 use turnstile_core::{FailurePolicy, Quotas};
-use turnstile_redis::{redis, KeyEncoding, RedisBackend};
-use turnstile_tests::redis_server::{command, RedisCluster, RedisServer, TestRedis};
+use turnstile_redis::{redis, KeyEncoding, RedisBackend, ScriptMode};
+use turnstile_tests::redis_server::{command, command_calls, RedisCluster, RedisServer, TestRedis};
 
 fn prefix(test: &str) -> String {
     format!("turnstile:test:{test}:{}", std::process::id())
@@ -66,7 +66,28 @@ fn vector_policy(v: &Value) -> Policy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_vector_decides_on_redis_exactly_as_in_memory() {
-    let redis = TestRedis::get();
+    // Through both paths: Redis Functions (FCALL, the default on Redis 7) and EVALSHA
+    // (forced), each on a server of its own so its command counts show which path ran.
+    for mode in [ScriptMode::Auto, ScriptMode::Eval] {
+        let server = RedisServer::start();
+        let requests = run_every_vector(&server.url(), mode).await;
+        let (fcall, evalsha) = (
+            command_calls(server.port(), "fcall"),
+            command_calls(server.port(), "evalsha"),
+        );
+        match mode {
+            ScriptMode::Auto => assert_eq!((fcall, evalsha), (requests, 0), "{mode:?}"),
+            _ => {
+                assert_eq!(fcall, 0, "{mode:?}");
+                assert!(evalsha >= requests, "{mode:?}: {evalsha} EVALSHA");
+            }
+        }
+    }
+}
+
+/// Runs every vector on Redis at `url` with `mode` and on the in-memory backend, comparing
+/// every decision; returns the number of requests.
+async fn run_every_vector(url: &str, mode: ScriptMode) -> u64 {
     let files = vector_files();
     assert!(files.len() >= 31, "only {} vectors found", files.len());
     let mut requests = 0;
@@ -76,7 +97,12 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
             Some(ps) => ps.as_array().unwrap().iter().map(vector_policy).collect(),
             None => vec![vector_policy(&v["policy"])],
         };
-        let on_redis = backend(redis.url(), &format!("vec{i}"));
+        let on_redis = RedisBackend::builder(url)
+            .prefix(prefix(&format!("vec{i}")))
+            .timeout(Duration::from_secs(5))
+            .script_mode(mode)
+            .build()
+            .unwrap();
         let memory = MemoryBackend::new();
         for r in v["requests"].as_array().unwrap() {
             let t = r["t_ms"].as_u64().unwrap();
@@ -90,7 +116,7 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
             assert_eq!(
                 got,
                 want,
-                "{} at t={t} key={key:?} cost={cost}",
+                "{mode:?}: {} at t={t} key={key:?} cost={cost}",
                 path.display()
             );
             requests += 1;
@@ -98,9 +124,10 @@ async fn every_vector_decides_on_redis_exactly_as_in_memory() {
         on_redis.delete_prefix().await.unwrap();
     }
     eprintln!(
-        "{} vectors, {requests} requests: Redis == memory",
+        "{mode:?}: {} vectors, {requests} requests: Redis == memory",
         files.len()
     );
+    requests
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -726,36 +753,51 @@ async fn redis_killed_mid_run_follows_each_failure_policy_within_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_and_script_flush_reload_the_script_on_the_next_call() {
-    let mut server = RedisServer::start();
-    let clock = ManualClock::new(0);
-    let b = RedisBackend::builder(server.url())
-        .prefix(prefix("reload"))
-        .timeout(Duration::from_secs(2))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let pol = [p("gcra:limit=10,period=1m,name=g")];
-    assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 9);
+    // Both paths: the Function library (FUNCTION FLUSH) and the EVALSHA script (SCRIPT FLUSH).
+    for (mode, flush) in [
+        (ScriptMode::Auto, "FUNCTION FLUSH"),
+        (ScriptMode::Eval, "SCRIPT FLUSH"),
+    ] {
+        let mut server = RedisServer::start();
+        let clock = ManualClock::new(0);
+        let b = RedisBackend::builder(server.url())
+            .prefix(prefix("reload"))
+            .timeout(Duration::from_secs(2))
+            .clock(clock.clone())
+            .script_mode(mode)
+            .build()
+            .unwrap();
+        let pol = [p("gcra:limit=10,period=1m,name=g")];
+        assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 9);
+        let loads = b.stats().script_loads;
 
-    assert!(command(server.port(), "SCRIPT FLUSH")
-        .unwrap()
-        .starts_with("+OK"));
-    assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 8);
+        assert!(command(server.port(), flush).unwrap().starts_with("+OK"));
+        assert_eq!(b.check("k", &pol, 1).await.unwrap().remaining(), 8);
+        assert_eq!(b.stats().script_loads, loads + 1, "{mode:?}: reloaded once");
 
-    server.restart();
-    // The pool's old connection died with the server; the next call that reaches Redis
-    // reconnects and reloads the script. (A call may fail once while the pool notices the
-    // dead connection; then the retry interval, timed on the local clock, passes.)
-    let mut result = b.check("k", &pol, 1).await;
-    if result.is_err() {
-        clock.advance(Duration::from_secs(2));
-        result = b.check("k", &pol, 1).await;
+        server.restart();
+        // The pool's old connection died with the server; the next call that reaches Redis
+        // reconnects and reloads the script. (A call may fail once while the pool notices
+        // the dead connection; then the retry interval, timed on the local clock, passes.)
+        let mut result = b.check("k", &pol, 1).await;
+        if result.is_err() {
+            clock.advance(Duration::from_secs(2));
+            result = b.check("k", &pol, 1).await;
+        }
+        assert_eq!(
+            result.unwrap().remaining(),
+            9,
+            "{mode:?}: fresh state after the restart"
+        );
+        let (fcall, evalsha) = (
+            command_calls(server.port(), "fcall"),
+            command_calls(server.port(), "evalsha"),
+        );
+        match mode {
+            ScriptMode::Auto => assert_eq!((fcall, evalsha), (1, 0), "{mode:?}"),
+            _ => assert_eq!(fcall, 0, "{mode:?}"),
+        }
     }
-    assert_eq!(
-        result.unwrap().remaining(),
-        9,
-        "fresh state after the restart"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -892,6 +934,108 @@ async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
     // The older release's state is untouched.
     let get = format!("GET {old}");
     assert!(command(server.port(), &get).unwrap().contains(&v1));
+}
+
+/// Issue 15: the check script's five arguments (see `lua/check.lua`'s header) are read
+/// strictly, through `FCALL` and `EVALSHA` alike: a malformed policy set or flags argument is
+/// a TURNSTILE_ARGS error reply that changes nothing, never a guess, and a well-formed one
+/// decides (here: admitted, retry 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_check_arguments_are_refused_by_the_script() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lib = turnstile_redis::library();
+    raw(&url, redis::cmd("FUNCTION").arg("LOAD").arg(lib.source()))
+        .await
+        .unwrap();
+    let good = "\n1.5.1000.5 p\n4.3.60000.3 q w";
+    let cases: [(&str, &str, bool); 12] = [
+        ("check defaults 0", good, true),
+        ("check defaults 0", "\n01.5.1000.5 p", true),
+        ("check defaults 0", "\n1.5.1000 p", false),
+        ("check defaults 0", "x\n1.5.1000.5 p", false),
+        ("check defaults 0", "\n1.5.1000.5 p\n1.5.1000.5 p", false),
+        ("check defaults 0", "\nbad\n1.5.1000.5 p", false),
+        ("check defaults 0", "\n1.5.1000.5 ", false),
+        ("check defaults 0", "\n1.0.1000.5 p", false),
+        ("check nope 0", good, false),
+        ("check defaults -1", good, false),
+        ("check defaults 0x10", good, false),
+        ("peek defaults 0", good, false),
+    ];
+    for (i, (flags, set, ok)) in cases.into_iter().enumerate() {
+        for command in ["FCALL", "EVAL"] {
+            let mut c = redis::cmd(command);
+            if command == "FCALL" {
+                c.arg(lib.check_function());
+            } else {
+                c.arg(turnstile_redis::CHECK_SCRIPT);
+            }
+            let cfg = format!("args:{{c{i}}}~cfg");
+            c.arg(1).arg(&cfg).arg("").arg(1).arg(flags);
+            c.arg(format!("args:{{c{i}}}")).arg(set);
+            let what = format!("{command} {flags:?} {set:?}");
+            match raw(&url, &c).await {
+                Ok(redis::Value::Array(v)) if ok => {
+                    assert_eq!(v.get(3), Some(&redis::Value::Int(0)), "{what}: {v:?}");
+                }
+                Err(e) if !ok => {
+                    assert!(e.to_string().contains("TURNSTILE_ARGS"), "{what}: {e}");
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Issue 15: a key's configuration (its override, its tier) is never tied to its state's
+/// lifetime: checks, refunds and resets write state keys with a TTL (their reset_after) but
+/// leave the configuration hash without one, so the override still applies once every state
+/// key has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_overrides_never_expire_with_a_keys_state() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), "cfg-ttl");
+    let defaults = [p("token-bucket:limit=10,period=1s,name=d")];
+    let limits = Limits::new(defaults.to_vec()).unwrap();
+    let over = [p("fixed-window:limit=3,period=1s,name=o")];
+    b.set_override("c", &over).await.unwrap();
+    b.set_tier("t", Some("pro")).await.unwrap();
+    let pttl = |key: &str| -> i64 {
+        let r = command(server.port(), &format!("PTTL {key}")).unwrap();
+        r.trim().trim_start_matches(':').parse().unwrap()
+    };
+    let cfg = |client: &str| {
+        let state = b.state_key(client, &defaults[0]);
+        format!("{}}}~cfg", state.rsplit_once("}:").unwrap().0)
+    };
+    for round in 0..3 {
+        let d = b.check("c", &defaults, 1).await.unwrap();
+        assert!(
+            matches!(d.applied(), turnstile_core::Applied::Override),
+            "{round}"
+        );
+        assert_eq!(d.remaining(), 2, "{round}");
+        // The state key expires with its reset_after; the configuration does not expire.
+        let state = b.state_key("c", &over[0]);
+        assert!(
+            (1..=1000).contains(&pttl(&state)),
+            "{round}: {}",
+            pttl(&state)
+        );
+        assert_eq!(pttl(&cfg("c")), -1, "{round}: after a check");
+        b.refund("c", &limits, 1, None).await.unwrap();
+        assert_eq!(pttl(&cfg("c")), -1, "{round}: after a refund");
+        b.check("t", &defaults, 1).await.unwrap();
+        b.reset("t", &limits, None).await.unwrap();
+        assert_eq!(pttl(&cfg("t")), -1, "{round}: a tier after a reset");
+        b.reset("c", &limits, None).await.unwrap();
+        assert_eq!(pttl(&cfg("c")), -1, "{round}: after a reset");
+        // Every state key gone (as once its TTL elapsed): the override still applies.
+        command(server.port(), &format!("DEL {state}")).unwrap();
+    }
+    assert_eq!(b.config("c").await.unwrap().policies(), Some(&over[..]));
+    assert_eq!(b.config("t").await.unwrap().tier(), Some("pro"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -311,14 +311,16 @@ async fn a_dead_cluster_master_never_fails_the_other_masters_keys() {
         }
     }
     assert!(!dead.is_empty() && (0..2).all(|n| live.iter().any(|(_, m)| *m == n)));
-    // Every key once: each master has loaded the script.
+    // Every key once: each master has loaded the library.
     for k in dead.iter().chain(live.iter().map(|(k, _)| k)) {
         backend.check(k, &pol, 1).await.unwrap();
     }
     let victim_addr = format!("127.0.0.1:{}", cluster.nodes()[victim].port());
     cluster.nodes_mut()[victim].kill();
-    // A healthy master that lost its scripts must reload them without the dead one.
+    // A healthy master that lost its scripts (and its Function library) must reload them
+    // without the dead one.
     ok(command(cluster.nodes()[0].port(), "SCRIPT FLUSH"));
+    ok(command(cluster.nodes()[0].port(), "FUNCTION FLUSH"));
 
     // 5 s: past the Cluster's own failure detection (node timeout 1 s) and three failed
     // rounds of the dead master's keys (1 s timeout each).

@@ -3,13 +3,14 @@
 //!
 //! ```text
 //! redis_bench script > check.lua            # turnstile_redis::CHECK_SCRIPT, verbatim
+//! redis_bench library > library.lua        # turnstile_redis::library().source(), verbatim
 //! redis_bench run --url redis://127.0.0.1:6379 --concurrency 64 --duration-ms 5000
 //! redis_bench run --url ... --concurrency 64 --flood --deny-cache off
 //! ```
 //!
 //! `run` prints one line of `name=value` fields: decisions, decisions per second, latency
 //! percentiles (µs, each decision timed from its call to its answer), how many were admitted
-//! and denied, the server's counts of `EVALSHA` and `PING` calls over the measured part
+//! and denied, the server's counts of `EVALSHA`, `FCALL` (and their sum, `script_calls`) and `PING` calls over the measured part
 //! (`INFO commandstats` before and after, on a connection of its own) and the backend's own
 //! count of Redis calls. Errors are not hidden: the backend
 //! has no local fallback (it would decide in memory and inflate the rate), and any error
@@ -24,7 +25,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_core::wrap::DenyCache;
 use turnstile_core::Limits;
 use turnstile_core::{Backend, Policy};
-use turnstile_redis::{redis, RedisBackend, CHECK_SCRIPT};
+use turnstile_redis::{library, redis, RedisBackend, CHECK_SCRIPT};
 
 /// Loads Redis through turnstile's `RedisBackend`.
 #[derive(Parser, Debug)]
@@ -37,6 +38,9 @@ struct Args {
 enum Command {
     /// Prints the composed check script (`turnstile_redis::CHECK_SCRIPT`).
     Script,
+    /// Prints the Redis Function library (`turnstile_redis::library().source()`): its first
+    /// line names it (`#!lua name=<library>`); the check function is `<library>_check`.
+    Library,
     /// Runs checks from concurrent tasks and prints the figures.
     Run(Run),
 }
@@ -86,6 +90,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match Args::parse().command {
         Command::Script => {
             std::io::stdout().write_all(CHECK_SCRIPT.as_bytes())?;
+            Ok(())
+        }
+        Command::Library => {
+            std::io::stdout().write_all(library().source().as_bytes())?;
             Ok(())
         }
         Command::Run(run) => bench(run).await,
@@ -157,6 +165,8 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
         stats_after.get(cmd).copied().unwrap_or(0) - stats_before.get(cmd).copied().unwrap_or(0)
     };
     let evalsha = delta("evalsha");
+    // The backend calls its Function library (FCALL) where Redis offers Functions.
+    let fcall = delta("fcall");
     // Commands the client sends besides the script (a connection pool's health checks would
     // show here; the backend's shared connection sends none).
     let ping = delta("ping");
@@ -179,10 +189,11 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     let n = lat.len() as u64;
     let calls = after.redis_calls - before.redis_calls;
     println!(
-        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} evalsha_calls={evalsha} ping_calls={ping} backend_redis_calls={calls} deny_cache_hits={} fallback={}",
+        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} evalsha_calls={evalsha} fcall_calls={fcall} script_calls={} ping_calls={ping} backend_redis_calls={calls} deny_cache_hits={} fallback={}",
         n as f64 / secs,
         pct(0.50),
         pct(0.99),
+        evalsha + fcall,
         cached.hits() - hits_before,
         0,
     );

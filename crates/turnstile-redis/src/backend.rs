@@ -7,18 +7,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, Script};
+use deadpool_redis::redis;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy, SystemClock,
     Unconfigured,
 };
 
+use crate::call::{Call, Which};
 use crate::cluster::{slot_of, ClusterConn};
 use crate::conn::NodeConn;
 use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Change, Health, HealthConfig, NodeDown};
 use crate::keys::{config_key, key_base, state_key, KeyEncoding};
+use crate::library::Scripts;
 use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
@@ -36,11 +38,17 @@ pub(crate) enum Target {
 /// A [`Backend`] in Redis — a single node, a Cluster, or the primary Redis Sentinel names
 /// (feature `sentinel`) — so every process of a fleet enforces one limit.
 ///
-/// Each check is **one** `EVALSHA` of the check script (composed from the files in `lua/`)
-/// with one key per policy, all in one Cluster slot: all-or-nothing and atomic across every
-/// process. Time comes from the Redis server's `TIME`, so nodes with skewed clocks agree.
-/// [`redis::Script`](https://docs.rs/redis/latest/redis/struct.Script.html) reloads the script after `NOSCRIPT` (a restart, a failover,
-/// `SCRIPT FLUSH`).
+/// Each check is **one** call of the check function (composed from the files in `lua/`) whose
+/// keys are all in one Cluster slot: all-or-nothing and atomic across every process. On Redis
+/// 7 the call is an `FCALL` of turnstile's Redis Function library
+/// ([`library`](crate::library())), loaded with `FUNCTION LOAD` once per node, so the Lua's
+/// definitions run once, not on every call; where Functions are refused (Redis before 7.0,
+/// an ACL, a proxy) it is an `EVALSHA` of the same Lua (see [`ScriptMode`](crate::ScriptMode)).
+/// A library or script lost to a restart, a failover or a flush (`FUNCTION FLUSH`, `SCRIPT
+/// FLUSH`) is loaded again and the call made once more. At its first load on a node the
+/// backend deletes the libraries of older releases, never a newer one's, so a rolling deploy
+/// works both ways. Time comes from the Redis server's `TIME`, so nodes with skewed clocks
+/// agree.
 ///
 /// Keys are `<prefix>:{<client key>}:<policy name>` (see [`KeyEncoding`]); each carries a TTL
 /// equal to its `reset_after` rounded up, so idle keys cost no memory. The stored state
@@ -116,8 +124,8 @@ impl<C> fmt::Debug for RedisBackend<C> {
 
 pub(crate) struct Inner<C> {
     pub(crate) target: Target,
-    pub(crate) script: Script,
-    pub(crate) config_script: Script,
+    /// The library and scripts, and how they run.
+    pub(crate) scripts: Scripts,
     pub(crate) prefix: String,
     pub(crate) keys: KeyEncoding,
     /// The node(s) as logs and errors name them: the URLs without credentials.
@@ -144,6 +152,11 @@ pub(crate) struct Counters {
 pub struct RedisStats {
     /// Check-script calls sent to Redis (checks, refunds, resets).
     pub redis_calls: u64,
+    /// `FUNCTION LOAD`s of the Function library and `SCRIPT LOAD`s of the `EVALSHA` scripts
+    /// sent: the first call on each node (or each new connection to a single node) and each
+    /// reload after a restart, a failover or a flush (see
+    /// [`ScriptMode`](crate::ScriptMode)).
+    pub script_loads: u64,
     /// Connections made (single node or Sentinel: multiplexed connections, each replacing a
     /// closed one or one to a node that could not serve; Cluster: Cluster connections).
     pub connects: u64,
@@ -178,6 +191,7 @@ impl<C: Clock> RedisBackend<C> {
         RedisStats {
             redis_calls: self.inner.stats.redis_calls.load(Ordering::Relaxed),
             late_refunds: self.inner.stats.late_refunds.load(Ordering::Relaxed),
+            script_loads: self.inner.scripts.loads(),
             connects: match &self.inner.target {
                 Target::Single(n) => n.connects(),
                 Target::Cluster(c) => c.connects(),
@@ -223,7 +237,7 @@ impl<C: Clock> RedisBackend<C> {
         }
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
-        let mut inv = inner.script.prepare_invoke();
+        let mut inv = Call::new(Which::Check);
         let first_key = config_key(&inner.prefix, &tag);
         let slot = slot_of(first_key.as_bytes());
         inv.key(first_key);
@@ -251,15 +265,12 @@ impl<C: Clock> RedisBackend<C> {
         parse_reply(&array(reply, "check").map_err(request)?, sets).map_err(request)
     }
 
-    /// Runs `inv`, whose keys are all in `slot`, on its node.
-    async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        inv: &redis::ScriptInvocation<'_>,
-        slot: u16,
-    ) -> Result<T, Failed> {
+    /// Runs `call`, whose keys are all in `slot`, on its node.
+    async fn invoke(&self, call: &Call, slot: u16) -> Result<redis::Value, Failed> {
+        let scripts = &self.inner.scripts;
         match &self.inner.target {
-            Target::Single(node) => node.invoke(inv).await,
-            Target::Cluster(cluster) => cluster.invoke(inv, slot).await,
+            Target::Single(node) => node.invoke(call, scripts).await,
+            Target::Cluster(cluster) => cluster.invoke(call, scripts, slot).await,
         }
     }
 
@@ -306,7 +317,7 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<KeyConfig, BackendError> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
-        let mut inv = inner.config_script.prepare_invoke();
+        let mut inv = Call::new(Which::Config);
         let first_key = config_key(&inner.prefix, &tag);
         let slot = slot_of(first_key.as_bytes());
         inv.key(first_key);

@@ -13,7 +13,7 @@ use crate::conn::{NodeConn, Source};
 use crate::error::InvalidRedisConfig;
 use crate::health::{Health, HealthConfig};
 use crate::keys::KeyEncoding;
-use crate::script::{check_script, config_script};
+use crate::library::{ScriptMode, Scripts};
 use crate::sentinel;
 use crate::tls::TlsFiles;
 
@@ -41,6 +41,7 @@ pub struct RedisBackendBuilder<C = SystemClock> {
     retry_interval: Duration,
     pub(crate) health: HealthConfig,
     tls: TlsFiles,
+    script_mode: ScriptMode,
     clock: C,
 }
 
@@ -63,6 +64,7 @@ impl RedisBackend<SystemClock> {
             retry_interval: DEFAULT_RETRY_INTERVAL,
             health: HealthConfig::default(),
             tls: TlsFiles::default(),
+            script_mode: ScriptMode::Auto,
             clock: SystemClock,
         }
     }
@@ -140,6 +142,15 @@ impl<C> RedisBackendBuilder<C> {
         self
     }
 
+    /// How the Lua runs on Redis (default [`ScriptMode::Auto`]: Redis Functions, loaded once
+    /// per node with `FUNCTION LOAD` and called with `FCALL`, where the node accepts them,
+    /// else `EVALSHA`). [`ScriptMode::Eval`] forces `EVALSHA` everywhere. Both give the same
+    /// decisions; Functions cost Redis less CPU per call.
+    pub fn script_mode(mut self, mode: ScriptMode) -> Self {
+        self.script_mode = mode;
+        self
+    }
+
     /// The local clock: used only to time the retry interval. Decisions on Redis use the
     /// server's `TIME`.
     pub fn clock<C2: Clock>(self, clock: C2) -> RedisBackendBuilder<C2> {
@@ -152,6 +163,7 @@ impl<C> RedisBackendBuilder<C> {
             retry_interval: self.retry_interval,
             health: self.health,
             tls: self.tls,
+            script_mode: self.script_mode,
             clock,
         }
     }
@@ -233,8 +245,7 @@ impl<C> RedisBackendBuilder<C> {
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 target,
-                script: check_script(),
-                config_script: config_script(),
+                scripts: Scripts::new(self.script_mode),
                 prefix: self.prefix,
                 keys: self.keys,
                 timeout: self.timeout,

@@ -5,20 +5,20 @@
 //! No pool: a pool's recycling `PING` goes to every master, so with one master down every
 //! call to any key would fail its recycling and build a new Cluster connection.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use deadpool_redis::redis::aio::ConnectionLike;
 use deadpool_redis::redis::cluster::ClusterClient;
 use deadpool_redis::redis::cluster_async::ClusterConnection;
 use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use deadpool_redis::redis::{
-    self, Cmd, FromRedisValue, RedisError, RedisFuture, ScriptInvocation, Value,
-};
+use deadpool_redis::redis::{self, Cmd, FromRedisValue, RedisError, Value};
 
+use crate::call::Call;
 use crate::conn::refused;
 use crate::fault::{Failed, Fault};
+use crate::library::{Path, Scripts};
 use crate::server::{Query, ServerChecks};
 
 /// Cluster hash slots.
@@ -125,6 +125,9 @@ pub(crate) struct ClusterConn {
     slots: Arc<SlotMap>,
     connects: AtomicU64,
     checks: ServerChecks,
+    /// Per master (`host:port`, as the slot map names it): the path its calls take. A
+    /// master not in the map (a new one, a promoted replica) loads the library first.
+    paths: Mutex<HashMap<Arc<str>, Path>>,
 }
 
 impl ClusterConn {
@@ -137,6 +140,7 @@ impl ClusterConn {
             slots: Arc::new(SlotMap::new()),
             connects: AtomicU64::new(0),
             checks: ServerChecks::default(),
+            paths: Mutex::new(HashMap::new()),
         }
     }
 
@@ -210,25 +214,42 @@ impl ClusterConn {
         Ok(conn)
     }
 
-    /// Runs `inv`, whose keys are all in `slot`. The Cluster client follows redirections,
+    /// Runs `call`, whose keys are all in `slot`. The Cluster client follows redirections,
     /// reconnects and retries by itself; here only a connection that could not be made and
-    /// `NOSCRIPT` are retried, once. A script the node lacks is loaded on the slot's master
-    /// only (redis-rs would send `SCRIPT LOAD` to every node and fail while any is down).
+    /// `NOSCRIPT` are retried, once. Every command of the call — the library's or script's
+    /// load included — goes to the slot's master only (redis-rs would send `FUNCTION LOAD`
+    /// and `SCRIPT LOAD` to every node and fail while any is down), so each master loads the
+    /// library at its first call (see [`Scripts::invoke`]).
     ///
     /// # Errors
     /// The last failure, with what it says about the node.
-    pub(crate) async fn invoke<T: FromRedisValue>(
+    pub(crate) async fn invoke(
         &self,
-        inv: &ScriptInvocation<'_>,
+        call: &Call,
+        scripts: &Scripts,
         slot: u16,
-    ) -> Result<T, Failed> {
+    ) -> Result<Value, Failed> {
         let mut retried = false;
         loop {
             let failed = match self.get().await {
-                Ok(conn) => match inv.invoke_async(&mut OnSlot { conn, slot }).await {
-                    Ok(v) => return Ok(v),
-                    Err(e) => Failed::call(e, &self.name),
-                },
+                Ok(conn) => {
+                    let master = self.slots.master(slot);
+                    // A master the map does not know yet: FCALL at once (a missing library
+                    // is loaded on "Function not found"), the first load comes once it is.
+                    let known = match &master {
+                        Some(m) => self.path_of(m),
+                        None => Path::Functions,
+                    };
+                    let mut on = OnSlot { conn, slot };
+                    let (result, path) = scripts.invoke(&mut on, call, known, &self.name).await;
+                    if let (Some(m), true) = (master, path != known) {
+                        self.lock_paths().insert(m, path);
+                    }
+                    match result {
+                        Ok(v) => return Ok(v),
+                        Err(e) => Failed::call(e, &self.name),
+                    }
+                }
                 Err(f) => f,
             };
             let again = matches!(failed.fault, Fault::Unreachable | Fault::NoScript);
@@ -238,50 +259,37 @@ impl ClusterConn {
             retried = true;
         }
     }
+
+    fn lock_paths(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Path>> {
+        self.paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn path_of(&self, master: &Arc<str>) -> Path {
+        self.lock_paths()
+            .get(master)
+            .copied()
+            .unwrap_or(Path::Unknown)
+    }
 }
 
-/// Routes a check's commands: `SCRIPT LOAD` to the master of the check's slot, everything
-/// else as the Cluster client would.
+/// Sends every command of a call to the master of its slot.
 struct OnSlot {
     conn: ClusterConnection,
     slot: u16,
 }
 
-fn is_script_load(cmd: &Cmd) -> bool {
-    let mut args = cmd.args_iter().map(|a| match a {
-        redis::Arg::Simple(s) => s,
-        _ => &[][..],
-    });
-    matches!(
-        (args.next(), args.next()),
-        (Some(a), Some(b)) if a.eq_ignore_ascii_case(b"SCRIPT") && b.eq_ignore_ascii_case(b"LOAD")
-    )
-}
-
-impl ConnectionLike for OnSlot {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if is_script_load(cmd) {
-            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-                self.slot,
-                SlotAddr::Master,
-            )));
-            Box::pin(self.conn.route_command(cmd.clone(), route))
-        } else {
-            self.conn.req_packed_command(cmd)
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.conn.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
+impl Query for OnSlot {
+    fn query(
+        &mut self,
+        cmd: Cmd,
+    ) -> impl std::future::Future<Output = Result<Value, RedisError>> + Send {
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            self.slot,
+            SlotAddr::Master,
+        )));
+        self.conn.route_command(cmd, route)
     }
 }
 

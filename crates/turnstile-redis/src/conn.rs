@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex};
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{
-    self, AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, FromRedisValue, PushInfo,
-    PushKind, RedisResult, ScriptInvocation,
+    self, AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, PushInfo, PushKind,
+    RedisResult, Value,
 };
 use turnstile_core::BackendError;
 
+use crate::call::Call;
 use crate::fault::{Failed, Fault};
+use crate::library::{Path, Scripts};
 use crate::server::{Refused, ServerChecks};
 
 /// Where new connections come from.
@@ -78,6 +80,34 @@ pub(crate) struct NodeConn {
     next_id: AtomicU64,
     connects: AtomicU64,
     checks: ServerChecks,
+    /// The path of the current connection's calls (see [`PathOf`]).
+    path: PathOf,
+}
+
+/// The path calls take on one connection: a new connection (a restart, a failover) starts
+/// unknown, so its first call loads the library (see [`Scripts::invoke`]). Packs the
+/// connection's id and the path in one word.
+#[derive(Default)]
+struct PathOf(AtomicU64);
+
+impl PathOf {
+    fn get(&self, id: u64) -> Path {
+        let v = self.0.load(Ordering::Relaxed);
+        match (v >> 2 == id, v & 3) {
+            (true, 1) => Path::Functions,
+            (true, 2) => Path::Eval,
+            _ => Path::Unknown,
+        }
+    }
+
+    fn set(&self, id: u64, path: Path) {
+        let code = match path {
+            Path::Unknown => 0,
+            Path::Functions => 1,
+            Path::Eval => 2,
+        };
+        self.0.store(id << 2 | code, Ordering::Relaxed);
+    }
 }
 
 impl NodeConn {
@@ -92,6 +122,7 @@ impl NodeConn {
             next_id: AtomicU64::new(0),
             connects: AtomicU64::new(0),
             checks: ServerChecks::default(),
+            path: PathOf::default(),
         }
     }
 
@@ -185,23 +216,27 @@ impl NodeConn {
         })
     }
 
-    /// Runs `inv` on the node: on the current connection, or a fresh one when it is known
+    /// Runs `call` on the node: on the current connection, or a fresh one when it is known
     /// closed; once more on a fresh connection when the first try provably did not run the
     /// script (no connection could be made; `READONLY`, `LOADING`, `MASTERDOWN`; `NOSCRIPT`).
     /// A call that timed out or lost its connection after it was written is never retried.
+    /// The first call on each connection loads the Function library (see
+    /// [`Scripts::invoke`]).
     ///
     /// # Errors
     /// The last failure, with what it says about the node.
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        inv: &ScriptInvocation<'_>,
-    ) -> Result<T, Failed> {
+    pub(crate) async fn invoke(&self, call: &Call, scripts: &Scripts) -> Result<Value, Failed> {
         let mut retried = false;
         loop {
             let failed = match self.get().await {
                 Ok(live) => {
                     let mut conn = live.conn.clone();
-                    match inv.invoke_async(&mut conn).await {
+                    let known = self.path.get(live.id);
+                    let (result, path) = scripts.invoke(&mut conn, call, known, &self.name).await;
+                    if path != known {
+                        self.path.set(live.id, path);
+                    }
+                    match result {
                         Ok(v) => return Ok(v),
                         Err(e) => {
                             let f = Failed::call(e, &self.name);

@@ -17,8 +17,9 @@ pub(crate) enum Fault {
     /// `MASTERDOWN`. The connection is dropped and the call retried once on a fresh one;
     /// counts against the node when the retry fails too.
     CannotServe,
-    /// `NOSCRIPT` reached us (a `SCRIPT FLUSH` raced redis-rs's reload): the script did not
-    /// run. Retried once; does not count against the node.
+    /// `NOSCRIPT`, or `FCALL`'s "Function not found", reached us (a `SCRIPT FLUSH` or
+    /// `FUNCTION FLUSH` raced the reload): the script did not run. Retried once; does not
+    /// count against the node.
     NoScript,
     /// The connection broke while the call was on it: the script may have run. Never retried
     /// (it could charge twice); the connection is replaced; counts against the node.
@@ -74,6 +75,9 @@ impl Fault {
 
 /// What `e`, the error of a call on an established connection, says.
 pub(crate) fn classify(e: &RedisError) -> Fault {
+    if is_function_not_found(e) {
+        return Fault::NoScript;
+    }
     match e.kind() {
         ErrorKind::Io => Fault::Dropped,
         ErrorKind::Parse => Fault::Dropped,
@@ -95,6 +99,14 @@ pub(crate) fn classify(e: &RedisError) -> Fault {
         },
         _ => Fault::Request,
     }
+}
+
+/// Whether `e` is `FCALL`'s "Function not found" (a restart without persistence, `FUNCTION
+/// FLUSH`, a library deleted by another release): nothing ran.
+pub(crate) fn is_function_not_found(e: &RedisError) -> bool {
+    e.code() == Some("ERR")
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
 }
 
 /// A failed call: the error the caller gets and what it says about the node.
@@ -245,9 +257,14 @@ mod tests {
 
     #[test]
     fn noscript_is_retried_without_blaming_the_node() {
-        let f = classify(&reply("-NOSCRIPT No matching script. Please use EVAL."));
-        assert_eq!(f, Fault::NoScript);
-        assert!(f.retries() && !f.reconnects() && !f.counts_against_node());
+        for line in [
+            "-NOSCRIPT No matching script. Please use EVAL.",
+            "-ERR Function not found",
+        ] {
+            let f = classify(&reply(line));
+            assert_eq!(f, Fault::NoScript, "{line}");
+            assert!(f.retries() && !f.reconnects() && !f.counts_against_node());
+        }
     }
 
     #[test]

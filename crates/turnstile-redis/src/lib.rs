@@ -25,7 +25,10 @@
 //! }
 //! ```
 //!
-//! Every decision is made by one atomic Lua script (the files in `lua/`, composed into one),
+//! Every decision is made by one atomic call of turnstile's Lua (the files in `lua/`): an
+//! `FCALL` of its Redis Function library ([`library()`]) on Redis 7, an `EVALSHA` of the same
+//! Lua composed into one script ([`CHECK_SCRIPT`]) where Functions are refused or
+//! [`ScriptMode::Eval`] asks for it,
 //! following the project's `SEMANTICS.md` exactly, as the in-memory backend does: the two
 //! give the same decisions for the same requests at the same times. Lua numbers are doubles,
 //! so the scripts keep every intermediate below 2^53 and divide with `math.fmod`.
@@ -51,12 +54,14 @@
 
 mod backend;
 mod builder;
+mod call;
 mod cluster;
 mod conn;
 mod error;
 mod fault;
 mod health;
 mod keys;
+mod library;
 mod quotas;
 mod script;
 mod sentinel;
@@ -69,5 +74,6 @@ pub use deadpool_redis::redis;
 pub use error::InvalidRedisConfig;
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
+pub use library::{library, FunctionLibrary, ScriptMode};
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};

@@ -3,46 +3,58 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::{Script, ScriptInvocation, Value};
+use deadpool_redis::redis::Value;
 use turnstile_core::decision::exact_ms;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
 };
 
-/// The Lua source of the check script (check, refund, reset): `lua/prelude.lua`, the
-/// per-algorithm pieces and `lua/check.lua`, concatenated in that order.
-pub const CHECK_SCRIPT: &str = concat!(
-    include_str!("../lua/prelude.lua"),
-    "\n",
-    include_str!("../lua/bucket.lua"),
-    "\n",
-    include_str!("../lua/gcra.lua"),
-    "\n",
-    include_str!("../lua/fixed_window.lua"),
-    "\n",
-    include_str!("../lua/sliding_window.lua"),
-    "\n",
-    include_str!("../lua/sliding_log.lua"),
-    "\n",
-    include_str!("../lua/check.lua"),
-);
+use crate::call::Call;
 
-/// The Lua source of the configuration script: `lua/prelude.lua` and `lua/config.lua`,
-/// concatenated in that order.
+/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
+/// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
+macro_rules! check_definitions {
+    () => {
+        concat!(
+            include_str!("../lua/prelude.lua"),
+            "\n",
+            include_str!("../lua/bucket.lua"),
+            "\n",
+            include_str!("../lua/gcra.lua"),
+            "\n",
+            include_str!("../lua/fixed_window.lua"),
+            "\n",
+            include_str!("../lua/sliding_window.lua"),
+            "\n",
+            include_str!("../lua/sliding_log.lua"),
+            "\n",
+            include_str!("../lua/check.lua"),
+        )
+    };
+}
+
+/// The Lua source of the check script (check, refund, reset) run with `EVALSHA`:
+/// `lua/prelude.lua`, the per-algorithm pieces and `lua/check.lua`, concatenated in that
+/// order, then `return check(KEYS, ARGV)`.
+pub const CHECK_SCRIPT: &str = concat!(check_definitions!(), "\nreturn check(KEYS, ARGV)\n");
+
+/// The Lua source of the configuration script run with `EVALSHA`: `lua/prelude.lua` and
+/// `lua/config.lua`, concatenated in that order, then `return config(KEYS, ARGV)`.
 pub const CONFIG_SCRIPT: &str = concat!(
     include_str!("../lua/prelude.lua"),
     "\n",
     include_str!("../lua/config.lua"),
+    "\nreturn config(KEYS, ARGV)\n",
 );
 
-pub(crate) fn check_script() -> Script {
-    Script::new(CHECK_SCRIPT)
-}
-
-pub(crate) fn config_script() -> Script {
-    Script::new(CONFIG_SCRIPT)
-}
+/// The body of the Redis Function library (see `library.rs`, which adds its `#!lua` line and
+/// registers `check` and `config`): the check script's definitions, then `lua/config.lua`.
+pub(crate) const LIBRARY_BODY: &str = concat!(
+    check_definitions!(),
+    "\n",
+    include_str!("../lua/config.lua")
+);
 
 /// The algorithm's id in the scripts (`ALG[id]` in `lua/`).
 ///
@@ -108,7 +120,7 @@ pub(crate) struct Sets<'a> {
 /// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
 /// implement (see [`algorithm_id`]); `inv` is then not to be invoked.
 pub(crate) fn check_args(
-    inv: &mut ScriptInvocation<'_>,
+    inv: &mut Call,
     base: &str,
     sets: Sets<'_>,
     op: Op,
@@ -118,33 +130,45 @@ pub(crate) fn check_args(
 ) -> Result<(), BackendError> {
     // Any cost above 2^53 − 1 is above every capacity: the answer ("never") is the same.
     let cost = cost.min(MAX_EXACT);
+    let op = match op {
+        Op::Check => "check",
+        Op::Refund => "refund",
+        Op::Reset => "reset",
+    };
+    let unconfigured = match sets.unconfigured {
+        Unconfigured::Deny => "deny",
+        Unconfigured::Allow => "allow",
+        _ => "defaults",
+    };
     inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
         .arg(cost)
-        .arg(min_ttl_ms)
-        .arg(match sets.unconfigured {
-            Unconfigured::Deny => "deny",
-            Unconfigured::Allow => "allow",
-            _ => "defaults",
-        })
-        .arg(match op {
-            Op::Check => "check",
-            Op::Refund => "refund",
-            Op::Reset => "reset",
-        })
+        .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
         .arg(base)
-        .arg(1 + sets.tiers.len());
-    let mut set = |tier: &str, policies: &[Policy]| -> Result<(), BackendError> {
-        inv.arg(tier).arg(policies.len());
-        for p in policies {
-            inv.arg(params(p)?).arg(p.name());
-        }
-        Ok(())
-    };
-    set("", sets.defaults)?;
+        .arg(policy_set("", sets.defaults)?);
     for (tier, policies) in sets.tiers {
-        set(tier, policies)?;
+        inv.arg(policy_set(tier, policies)?);
     }
     Ok(())
+}
+
+/// A policy set as the check script takes it (one argument): the tier's name (empty for the
+/// defaults), then a line `\n<alg.L.P.B> <name>` per policy. Names and tier names hold no
+/// line break (a policy name is printable ASCII; a tier name letters, digits, `-`, `_` and
+/// `.`).
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (see
+/// [`algorithm_id`]).
+pub(crate) fn policy_set(tier: &str, policies: &[Policy]) -> Result<String, BackendError> {
+    let mut s = String::with_capacity(tier.len() + 40 * policies.len());
+    s.push_str(tier);
+    for p in policies {
+        s.push('\n');
+        s.push_str(&params(p)?);
+        s.push(' ');
+        s.push_str(p.name());
+    }
+    Ok(s)
 }
 
 /// A policy's parameters as the check script takes them and stores them before every
@@ -163,12 +187,20 @@ pub(crate) fn params(p: &Policy) -> Result<String, BackendError> {
     ))
 }
 
-/// Integers per policy in the check script's reply: allowed, remaining and three exact
-/// durations.
-const PER_RESULT: usize = 11;
-/// Values per policy of an override in the check script's reply: its parameters and name
-/// (the caller does not know them), then the result.
-const PER_OVERRIDE: usize = 5 + PER_RESULT;
+/// Values of a policy's result in the check script's reply, by algorithm (`a.width` in
+/// `lua/`): retry, remaining, reset (and delay for the leaky bucket); the sliding window
+/// writes its retry as whole, num, den.
+fn result_width(a: Algorithm) -> usize {
+    match a {
+        Algorithm::LeakyBucket => 4,
+        Algorithm::SlidingWindow => 5,
+        _ => 3,
+    }
+}
+
+/// Values per policy of an override in the check script's reply before its result: its
+/// parameters and name (the caller does not know them).
+const OVERRIDE_PARTS: usize = 5;
 
 fn bad(what: &str) -> BackendError {
     BackendError::Script(format!("unexpected reply from the check script: {what}"))
@@ -228,21 +260,24 @@ pub(crate) fn policy_from_parts(
     p.with_name(name).map_err(|e| e.to_string())
 }
 
-/// Parses the check script's reply into the time it used and a decision. Policies the
-/// caller passed are reused as they are (the reply gives their results in the caller's
-/// order); an override's are rebuilt from the parameters and names the reply carries.
+/// Parses the check script's reply (see `lua/check.lua`'s header) into the time it used and
+/// a decision. Policies the caller passed are reused as they are (the reply gives their
+/// results in the caller's order); an override's are rebuilt from the parameters and names
+/// the reply carries. Every value is checked: a reply of another shape is a
+/// [`BackendError::Script`].
 pub(crate) fn parse_reply(
     reply: &[Value],
     sets: Sets<'_>,
 ) -> Result<(u64, Decision), BackendError> {
-    if reply.len() < 5 {
+    let [now, version, applied, rest @ ..] = reply else {
         return Err(bad("too short"));
-    }
-    let now = nat(&reply[0])?;
-    let applied = int(&reply[1])?;
-    let tier = text(&reply[2])?;
-    let version = nat(&reply[3])?;
-    let count = usize::try_from(nat(&reply[4])?).map_err(|_| bad("count"))?;
+    };
+    let (now, version, applied) = (nat(now)?, nat(version)?, int(applied)?);
+    let (tier, rest) = match (applied, rest) {
+        (2, [tier, rest @ ..]) => (Some(text(tier)?), rest),
+        (2, []) => return Err(bad("no tier name")),
+        _ => (None, rest),
+    };
     // The defaults' and a tier's policies are the caller's own, in its order: the reply
     // carries only their results. An override's come with their parameters and names.
     let known: Option<&[Policy]> = match applied {
@@ -250,77 +285,106 @@ pub(crate) fn parse_reply(
         2 => Some(
             sets.tiers
                 .iter()
-                .find(|(t, _)| *t == tier)
+                .find(|(t, _)| Some(*t) == tier.as_deref())
                 .map(|(_, ps)| *ps)
                 .ok_or_else(|| bad("a tier the call did not carry"))?,
         ),
-        _ => None,
-    };
-    let per = if known.is_some() {
-        PER_RESULT
-    } else {
-        PER_OVERRIDE
-    };
-    if reply.len() != 5 + per * count || known.is_some_and(|ps| ps.len() != count) {
-        return Err(bad("length"));
-    }
-    let dur = |w: &Value, n: &Value, d: &Value| -> Result<Duration, BackendError> {
-        let (w, n, d) = (
-            u128::from(nat(w)?),
-            u128::from(nat(n)?),
-            u128::from(nat(d)?),
-        );
-        if d == 0 || n >= d {
-            return Err(bad("a duration"));
+        1 => None,
+        3 | 4 if rest.is_empty() => {
+            let decision = if applied == 3 {
+                Decision::unconfigured_denied(version)
+            } else {
+                Decision::unlimited(version)
+            };
+            return Ok((now, decision));
         }
-        Ok(exact_ms(w * d + n, d))
+        _ => return Err(bad("applied")),
     };
-    let mut decisions = Vec::with_capacity(count);
-    for (i, r) in reply[5..].chunks_exact(per).enumerate() {
-        let (policy, r) = match known {
-            Some(ps) => (ps[i].clone(), r),
+    let mut decisions = Vec::with_capacity(known.map_or(1, <[Policy]>::len));
+    let mut at = 0;
+    while at < rest.len() || known.is_some_and(|ps| decisions.len() < ps.len()) {
+        let policy = match known {
+            Some(ps) => ps
+                .get(decisions.len())
+                .cloned()
+                .ok_or_else(|| bad("more results than policies"))?,
             None => {
+                let r = rest
+                    .get(at..at + OVERRIDE_PARTS)
+                    .ok_or_else(|| bad("length"))?;
                 let name = text(&r[4])?;
                 let (alg, limit, period, cap) =
                     (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
-                let policy = policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
+                at += OVERRIDE_PARTS;
+                policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
                     BackendError::InvalidState(format!(
                         "stored override policy {name:?} is invalid: {why}"
                     ))
-                })?;
-                (policy, &r[5..])
+                })?
             }
         };
-        let allowed = match int(&r[0])? {
-            0 => false,
-            1 => true,
-            _ => return Err(bad("allowed")),
-        };
-        let remaining = nat(&r[1])?;
-        let retry = if int(&r[2])? == -1 {
-            None
-        } else {
-            Some(dur(&r[2], &r[3], &r[4])?)
-        };
-        decisions.push(PolicyDecision::new(
-            policy,
-            allowed,
-            remaining,
-            retry,
-            dur(&r[5], &r[6], &r[7])?,
-            dur(&r[8], &r[9], &r[10])?,
-        ));
+        let width = result_width(policy.algorithm());
+        let r = rest.get(at..at + width).ok_or_else(|| bad("length"))?;
+        at += width;
+        decisions.push(policy_result(policy, r)?);
     }
-    let decision = match applied {
-        0 => Decision::from_policies(decisions).with_applied(Applied::Defaults, version),
-        1 => Decision::from_policies(decisions).with_applied(Applied::Override, version),
-        2 => Decision::from_policies(decisions)
-            .with_applied(Applied::Tier(Arc::from(tier.as_str())), version),
-        3 => Decision::unconfigured_denied(version),
-        4 => Decision::unlimited(version),
-        _ => return Err(bad("applied")),
+    if at != rest.len() || (known.is_none() && decisions.is_empty()) {
+        return Err(bad("length"));
+    }
+    let decision = Decision::from_policies(decisions);
+    let decision = match tier {
+        Some(t) => decision.with_applied(Applied::Tier(Arc::from(t.as_str())), version),
+        None if applied == 1 => decision.with_applied(Applied::Override, version),
+        None => decision.with_applied(Applied::Defaults, version),
     };
     Ok((now, decision))
+}
+
+/// One policy's result from its `result_width(algorithm)` values (see `lua/check.lua`'s
+/// header): durations are numerators over L ms for the buckets, whole ms for the windows,
+/// and the sliding window's retry is whole + num / den ms; retry -1 is never, and the
+/// policy admits exactly when its retry is 0.
+fn policy_result(policy: Policy, r: &[Value]) -> Result<PolicyDecision, BackendError> {
+    let den = if policy.algorithm().is_bucket() {
+        u128::from(policy.limit())
+    } else {
+        1
+    };
+    let over =
+        |v: &Value| -> Result<Duration, BackendError> { Ok(exact_ms(u128::from(nat(v)?), den)) };
+    let (retry, r) = if policy.algorithm() == Algorithm::SlidingWindow {
+        let (w, n, d) = (int(&r[0])?, nat(&r[1])?, nat(&r[2])?);
+        let retry = match w {
+            -1 if n == 0 && d == 1 => None,
+            _ => {
+                let w = u64::try_from(w).map_err(|_| bad("a retry"))?;
+                if d == 0 || n >= d {
+                    return Err(bad("a retry"));
+                }
+                let (w, n, d) = (u128::from(w), u128::from(n), u128::from(d));
+                Some(exact_ms(w * d + n, d))
+            }
+        };
+        (retry, &r[2..])
+    } else {
+        let retry = match int(&r[0])? {
+            -1 => None,
+            _ => Some(over(&r[0])?),
+        };
+        (retry, r)
+    };
+    // r: [_, remaining, reset, (delay)]
+    let allowed = retry == Some(Duration::ZERO);
+    let delay = if policy.algorithm() == Algorithm::LeakyBucket {
+        over(&r[3])?
+    } else {
+        Duration::ZERO
+    };
+    let remaining = nat(&r[1])?;
+    let reset = over(&r[2])?;
+    Ok(PolicyDecision::new(
+        policy, allowed, remaining, retry, reset, delay,
+    ))
 }
 
 /// An override as stored: one line "alg L P B name" per policy.
@@ -439,13 +503,7 @@ mod tests {
         assert!(err.to_string().contains("algorithm id 7"), "{err}");
         // A check reply naming an override policy (applied 1) of an unknown algorithm id.
         let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
-        let mut reply = vec![
-            Value::Int(0),
-            Value::Int(1),
-            s(""),
-            Value::Int(1),
-            Value::Int(1),
-        ];
+        let mut reply = vec![Value::Int(0), Value::Int(1), Value::Int(1)];
         reply.extend([
             Value::Int(7),
             Value::Int(5),
@@ -453,10 +511,7 @@ mod tests {
             Value::Int(5),
             s("p"),
         ]);
-        reply.extend([Value::Int(1), Value::Int(4)]);
-        for _ in 0..3 {
-            reply.extend([Value::Int(0), Value::Int(0), Value::Int(1)]);
-        }
+        reply.extend([Value::Int(0), Value::Int(4), Value::Int(200)]);
         let sets = Sets {
             defaults: &[],
             tiers: &[],
@@ -469,8 +524,9 @@ mod tests {
 
     #[test]
     fn a_compact_reply_gives_the_callers_own_policies_their_results_in_order() {
-        // applied 2 (a tier): no parameters or names, only each policy's 11 result values,
-        // in the order the call sent the tier's policies.
+        // applied 2 (a tier): no parameters or names, only each policy's result, in the
+        // order the call sent the tier's policies: a token bucket's retry, remaining and
+        // reset as numerators over L ms, a fixed window's in whole ms.
         let a = Policy::token_bucket(5, Duration::from_secs(1))
             .unwrap()
             .with_name("a")
@@ -487,50 +543,85 @@ mod tests {
             unconfigured: Unconfigured::Defaults,
         };
         let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
-        let result = |allowed: i64, remaining: i64| {
-            let mut r = vec![Value::Int(allowed), Value::Int(remaining)];
-            r.extend([Value::Int(0), Value::Int(0), Value::Int(1)]); // retry 0
-            r.extend([Value::Int(200), Value::Int(0), Value::Int(1)]); // reset 200 ms
-            r.extend([Value::Int(0), Value::Int(0), Value::Int(1)]); // delay 0
-            r
-        };
-        let mut reply = vec![
-            Value::Int(7),
-            Value::Int(2),
-            s("gold"),
-            Value::Int(3),
-            Value::Int(2),
-        ];
-        reply.extend(result(1, 4));
-        reply.extend(result(1, 2));
+        let i = Value::Int;
+        // header: now 7, version 3, applied 2, the tier's name
+        let mut reply = vec![i(7), i(3), i(2), s("gold")];
+        // a: admitted, 4 left, reset 1001 / 5 ms; b: denied, retry 30 s, 2 left, reset 30 s
+        reply.extend([i(0), i(4), i(1001)]);
+        reply.extend([i(30_000), i(2), i(30_000)]);
         let (now, d) = parse_reply(&reply, sets).unwrap();
         assert_eq!(now, 7);
+        assert_eq!(d.version(), 3);
         assert_eq!(d.policies().len(), 2);
-        assert_eq!(d.policies()[0].policy(), &a);
-        assert_eq!(d.policies()[0].remaining(), 4);
-        assert_eq!(d.policies()[1].policy(), &b);
-        assert_eq!(d.policies()[1].remaining(), 2);
-        // A count other than the tier's policy count, or one result short, is refused.
+        let (pa, pb) = (&d.policies()[0], &d.policies()[1]);
+        assert_eq!(pa.policy(), &a);
+        assert!(pa.allowed());
+        assert_eq!(pa.remaining(), 4);
+        assert_eq!(pa.retry_after(), Some(Duration::ZERO));
+        assert_eq!(pa.reset_after(), Duration::from_micros(200_200));
+        assert_eq!(pb.policy(), &b);
+        assert!(!pb.allowed());
+        assert_eq!(pb.remaining(), 2);
+        assert_eq!(pb.retry_after(), Some(Duration::from_secs(30)));
+        assert!(!d.allowed());
+        // One value short, one too many, or a count other than the tier's policy count.
         let mut short = reply.clone();
         short.truncate(reply.len() - 1);
-        assert!(matches!(
-            parse_reply(&short, sets),
-            Err(BackendError::Script(_))
-        ));
-        let mut one = reply[..5].to_vec();
-        one[4] = Value::Int(1);
-        one.extend(result(1, 4));
-        assert!(matches!(
-            parse_reply(&one, sets),
-            Err(BackendError::Script(_))
-        ));
-        // A tier the call did not carry.
+        let mut long = reply.clone();
+        long.push(i(0));
+        let one = reply[..7].to_vec();
+        for bad in [short, long, one] {
+            assert!(matches!(
+                parse_reply(&bad, sets),
+                Err(BackendError::Script(_))
+            ));
+        }
+        // A tier the call did not carry; no tier name; an unknown applied.
         let mut other = reply.clone();
-        other[2] = s("silver");
+        other[3] = s("silver");
         assert!(matches!(
             parse_reply(&other, sets),
             Err(BackendError::Script(_))
         ));
+        for bad in [vec![i(7), i(3), i(2)], vec![i(7), i(3), i(5)]] {
+            assert!(matches!(
+                parse_reply(&bad, sets),
+                Err(BackendError::Script(_))
+            ));
+        }
+        // Negative values other than retry's -1 (never), and a sliding window's retry whose
+        // fraction is not below its denominator.
+        let mut neg = reply.clone();
+        neg[4] = i(-2);
+        assert!(parse_reply(&neg, sets).is_err());
+        let sw = [Policy::sliding_window(3, Duration::from_secs(1))
+            .unwrap()
+            .with_name("w")
+            .unwrap()];
+        let sw_sets = Sets {
+            defaults: &sw,
+            tiers: &[],
+            unconfigured: Unconfigured::Defaults,
+        };
+        let head = [i(7), i(0), i(0)];
+        let mut ok = head.to_vec();
+        ok.extend([i(333), i(1), i(3), i(0), i(1500)]);
+        let (_, d) = parse_reply(&ok, sw_sets).unwrap();
+        assert_eq!(
+            d.policies()[0].retry_after(),
+            Some(Duration::from_nanos(333_333_334))
+        );
+        let mut never = head.to_vec();
+        never.extend([i(-1), i(0), i(1), i(0), i(1500)]);
+        assert_eq!(
+            parse_reply(&never, sw_sets).unwrap().1.policies()[0].retry_after(),
+            None
+        );
+        for r in [[333, 3, 3], [333, 1, 0], [-1, 1, 1]] {
+            let mut bad = head.to_vec();
+            bad.extend([i(r[0]), i(r[1]), i(r[2]), i(0), i(1500)]);
+            assert!(parse_reply(&bad, sw_sets).is_err(), "{r:?}");
+        }
     }
 
     #[test]
