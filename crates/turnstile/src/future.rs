@@ -20,7 +20,7 @@ use crate::action::Action;
 use crate::body::ResponseBody;
 use crate::decide::{self, Step};
 use crate::headers;
-use crate::key::{KeyExtractor, MissingKey, RequestRef};
+use crate::key::{Key, KeyExtractor, MissingKey, RequestRef};
 use crate::metrics::Outcome;
 use crate::response::{key_error, unavailable, Denial, Protocol};
 use crate::state::Config;
@@ -59,7 +59,7 @@ pin_project! {
         // to readiness again before the call).
         reserved: bool,
         req: Option<R>,
-        key: String,
+        key: Key,
         rule: usize,
         // The policy set the request's tier selected (`None`: the rule's own).
         tier: Chosen,
@@ -136,7 +136,7 @@ where
             inner: Some(inner),
             reserved: true,
             req: None,
-            key: String::new(),
+            key: Key::new(),
             rule: 0,
             tier: None,
             cost: 0,
@@ -153,7 +153,7 @@ where
             return fut;
         };
         let rule = &settings.rules[rule_index];
-        let key = match config.key.extract(&req) {
+        let key = match config.key.extract_key(&req) {
             Ok(k) => k,
             Err(e) => {
                 crate::metrics::missing_key(e.kind());
@@ -164,7 +164,7 @@ where
                         fut.req = Some(req);
                         return fut;
                     }
-                    MissingKey::Key(k) => String::from(&**k),
+                    MissingKey::Key(k) => Key::from(Arc::clone(k)),
                     MissingKey::Reject => {
                         let res = Some(key_error(&e, protocol));
                         fut.state = State::Respond { res };
@@ -320,13 +320,8 @@ where
                                 protocol: *this.protocol,
                                 cost: *this.cost,
                             };
-                            let mut res = config.denial_response(&denial);
-                            headers::insert(
-                                res.headers_mut(),
-                                rule.policy_header_for(*this.tier),
-                                &decision,
-                                settings.legacy_headers,
-                            );
+                            let res =
+                                config.denial_response(&denial, rule.policy_header_for(*this.tier));
                             State::Respond { res: Some(res) }
                         }
                         Step::FailOpen => State::Admitted { headers: None },
