@@ -44,7 +44,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let mut router = app(mode).expect("a valid stack");
+    // As `axum::serve` runs it: the state applied once (else every request converts its
+    // handler into a route again).
+    let mut router = app(mode).expect("a valid stack").with_state::<()>(());
     let peer: SocketAddr = "192.0.2.1:40000".parse().expect("an address");
     let (mut ok, mut other) = (0u64, 0u64);
     runtime.block_on(async {

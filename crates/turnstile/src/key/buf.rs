@@ -5,6 +5,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
+use arrayvec::ArrayString;
+
 /// Bytes a [`Key`] holds without allocating: every IP key (the longest, an IPv6 network such
 /// as `ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127`, is 43 bytes) and most API keys.
 const INLINE: usize = 46;
@@ -33,7 +35,7 @@ pub struct Key {
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, buf: [u8; INLINE] },
+    Inline(ArrayString<INLINE>),
     Heap(String),
     Shared(Arc<str>),
 }
@@ -42,20 +44,14 @@ impl Key {
     /// An empty key (inline).
     pub const fn new() -> Self {
         Key {
-            repr: Repr::Inline {
-                len: 0,
-                buf: [0; INLINE],
-            },
+            repr: Repr::Inline(ArrayString::new_const()),
         }
     }
 
     /// The key as a string slice.
     pub fn as_str(&self) -> &str {
         match &self.repr {
-            // Only whole `&str`s are ever copied in, so the bytes are UTF-8.
-            Repr::Inline { len, buf } => {
-                std::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default()
-            }
+            Repr::Inline(s) => s,
             Repr::Heap(s) => s,
             Repr::Shared(s) => s,
         }
@@ -64,16 +60,10 @@ impl Key {
     /// Appends `s`: inline while the whole key fits in 46 bytes, else moved to the heap.
     pub fn push_str(&mut self, s: &str) {
         match &mut self.repr {
-            Repr::Inline { len, buf } => {
-                let start = usize::from(*len);
-                let end = start + s.len();
-                if let Some(dst) = buf.get_mut(start..end) {
-                    dst.copy_from_slice(s.as_bytes());
-                    // `end` ≤ 46.
-                    *len = end as u8;
-                } else {
-                    let mut heap = String::with_capacity(end.max(2 * INLINE));
-                    heap.push_str(self.as_str());
+            Repr::Inline(inline) => {
+                if inline.try_push_str(s).is_err() {
+                    let mut heap = String::with_capacity((inline.len() + s.len()).max(2 * INLINE));
+                    heap.push_str(inline);
                     heap.push_str(s);
                     self.repr = Repr::Heap(heap);
                 }

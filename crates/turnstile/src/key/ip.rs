@@ -284,32 +284,18 @@ pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
 }
 
 /// The canonical key of `ip`, exactly [`turnstile_core::ip::ip_key`]'s, built inline (every
-/// IP key fits): an IPv4 address (also one mapped into IPv6) written digit by digit, an IPv6
+/// IP key fits): an IPv4 address (also one mapped into IPv6) written octet by octet, an IPv6
 /// network as the standard library formats it.
 pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
     let mut key = Key::new();
     match canonical_ip(ip) {
         IpAddr::V4(v4) => {
-            // "255.255.255.255" at most: 15 bytes.
-            let mut buf = [0u8; 15];
-            let mut len = 0;
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    buf[len] = b'.';
-                    len += 1;
+                    key.push_str(".");
                 }
-                if octet >= 100 {
-                    buf[len] = b'0' + octet / 100;
-                    len += 1;
-                }
-                if octet >= 10 {
-                    buf[len] = b'0' + octet / 10 % 10;
-                    len += 1;
-                }
-                buf[len] = b'0' + octet % 10;
-                len += 1;
+                key.push_str(itoa::Buffer::new().format(octet));
             }
-            key.push_str(std::str::from_utf8(&buf[..len]).unwrap_or_default());
         }
         IpAddr::V6(v6) if prefix >= 128 => {
             let _ = write!(key, "{v6}");
