@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # HTTP: an axum hello-world alone, behind turnstile's RateLimitLayer (in memory, nothing
 # denied; with and without its RateLimit headers) and behind tower_governor's GovernorLayer,
-# loaded by wrk on loopback. The server is pinned to one CPU and wrk to the other (taskset);
-# ROUNDS rounds (default 5), the stacks in alternating order, DURATION each (default 5s) after
-# a 1 s warm-up, CONNECTIONS connections (default 64) from one wrk thread. Prints requests/s
+# loaded by wrk on loopback — what a user runs: the release build, the layer's default
+# configuration (keyed by peer IP, headers on). The server is pinned to one CPU and wrk to the
+# other (taskset -c SERVER_CPU / CLIENT_CPU, 0 and 1 by default; the server's tokio runtime
+# then has one worker); ROUNDS rounds (default 9), the stacks in alternating order, DURATION
+# each (default 5s) after a 1 s warm-up, CONNECTIONS connections (default 64) from one wrk
+# thread. Prints the load average, requests/s
 # and p99 latency per stack (median, min-max over rounds) and the paired ratios (same round),
 # over the rounds other processes did not disturb (see scripts/bench-lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 
-ROUNDS="${ROUNDS:-5}"
+ROUNDS="${ROUNDS:-9}"
 DURATION="${DURATION:-5s}"
 CONNECTIONS="${CONNECTIONS:-64}"
 MODES=(bare turnstile turnstile-no-headers tower-governor)
@@ -75,6 +78,7 @@ run() {
 }
 
 machine
+echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# HTTP GET / on loopback: wrk -t1 -c$CONNECTIONS -d$DURATION, server on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU, $ROUNDS rounds"
 for round in $(seq "$ROUNDS"); do
   if [ $((round % 2)) = 1 ]; then order=("${MODES[@]}"); else order=(); for ((i=${#MODES[@]}-1; i>=0; i--)); do order+=("${MODES[i]}"); done; fi
@@ -107,5 +111,6 @@ pr() { printf '  %-40s %-24s %s of %s%s\n' "$1 / $2" "$(ratio "$1" "$2")" "$(cle
 pr turnstile bare "   (goal >= 0.95)"
 pr turnstile-no-headers bare
 pr tower-governor bare
-pr turnstile tower-governor "   (goal > 1)"
+pr turnstile tower-governor "   (goal >= 1.05)"
 pr turnstile-no-headers tower-governor
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

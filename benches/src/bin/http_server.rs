@@ -13,26 +13,9 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use axum::{routing::get, Router};
-use clap::{Parser, ValueEnum};
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::GovernorLayer;
-use turnstile::{Policy, RateLimitLayer};
-
-/// Which stack serves `GET /`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    /// axum alone.
-    Bare,
-    /// axum behind turnstile's `RateLimitLayer` (defaults: `RateLimit` headers on every response).
-    Turnstile,
-    /// As `turnstile`, without headers on admitted responses (`headers_on_allowed(false)`).
-    TurnstileNoHeaders,
-    /// axum behind tower_governor's `GovernorLayer` (defaults: no headers).
-    TowerGovernor,
-}
+use clap::Parser;
+use turnstile_benches::{app, Mode};
 
 /// Serves an axum hello-world on 127.0.0.1 for load tests.
 #[derive(Parser, Debug)]
@@ -48,9 +31,6 @@ struct Args {
     #[arg(long)]
     workers: Option<usize>,
 }
-
-/// Requests per second of every quota (and its burst): 10^9, never reached.
-const RATE: u64 = 1_000_000_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -70,26 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let app = Router::new().route("/", get(|| async { "Hello, World!" }));
-    let app = match args.mode {
-        Mode::Bare => app,
-        Mode::Turnstile | Mode::TurnstileNoHeaders => {
-            let policy = Policy::token_bucket(RATE, Duration::from_secs(1))?.with_name("per-ip")?;
-            let layer = RateLimitLayer::builder()
-                .policy(policy)
-                .headers_on_allowed(args.mode == Mode::Turnstile)
-                .build()?;
-            app.layer(layer)
-        }
-        Mode::TowerGovernor => {
-            let config = GovernorConfigBuilder::default()
-                .per_nanosecond(1)
-                .burst_size(u32::try_from(RATE)?)
-                .finish()
-                .ok_or("invalid tower_governor configuration")?;
-            app.layer(GovernorLayer::new(config))
-        }
-    };
+    let app = app(args.mode)?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     println!("listening on {}", listener.local_addr()?);
     std::io::stdout().flush()?;

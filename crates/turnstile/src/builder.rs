@@ -484,6 +484,7 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     let policies: Arc<[Policy]> = policies.into();
     Ok(CompiledRule {
         policy_header: policy_value(policies.iter()),
+        label: label.into(),
         limits: None,
         tiers: None,
         policies,

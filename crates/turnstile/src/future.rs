@@ -20,7 +20,7 @@ use crate::action::Action;
 use crate::body::ResponseBody;
 use crate::decide::{self, Step};
 use crate::headers;
-use crate::key::{KeyExtractor, MissingKey, RequestRef};
+use crate::key::{Key, KeyExtractor, MissingKey, RequestRef};
 use crate::metrics::Outcome;
 use crate::response::{key_error, unavailable, Denial, Protocol};
 use crate::state::Config;
@@ -59,7 +59,7 @@ pin_project! {
         // to readiness again before the call).
         reserved: bool,
         req: Option<R>,
-        key: String,
+        key: Key,
         rule: usize,
         // The policy set the request's tier selected (`None`: the rule's own).
         tier: Chosen,
@@ -74,6 +74,9 @@ pin_project! {
         waited: bool,
         // When the current check was sent, as far as backend incidents go.
         ticket: Ticket,
+        // The decision whose rate-limit headers the inner service's response gets (kept
+        // here, not in the states, so it moves once).
+        headers: Option<Decision>,
     }
 }
 
@@ -85,11 +88,11 @@ pin_project! {
         // Denied; waiting out `retry_after` before checking again (Action::Delay).
         Waiting { #[pin] sleep: Sleep },
         // Admitted; waiting out a leaky bucket's delay.
-        Delaying { #[pin] sleep: Sleep, headers: Option<Decision> },
+        Delaying { #[pin] sleep: Sleep },
         // Admitted (or not limited): the inner service is called next.
-        Admitted { headers: Option<Decision> },
+        Admitted,
         // The inner service is answering.
-        Calling { #[pin] fut: F, headers: Option<Decision> },
+        Calling { #[pin] fut: F },
         // Turnstile answers itself.
         Respond { res: Option<Response<Bytes>> },
         Done,
@@ -106,7 +109,7 @@ where
             State::Checking { .. } => "checking",
             State::Waiting { .. } => "waiting",
             State::Delaying { .. } => "delaying",
-            State::Admitted { .. } => "admitted",
+            State::Admitted => "admitted",
             State::Calling { .. } => "calling",
             State::Respond { .. } => "responding",
             State::Done => "done",
@@ -124,19 +127,22 @@ where
     K: KeyExtractor,
     S: Service<Request<ReqBody>>,
 {
-    /// Starts handling `req` with the ready service `inner`.
-    pub(crate) fn start(config: Arc<Config<B, K>>, inner: S, req: Request<ReqBody>) -> Self {
-        let settings = &*config.settings;
-        let view = RequestRef::new(&req);
-        let protocol = Protocol::of(&view);
-        let rule_index = settings.rules.iter().position(|r| r.rule.matches(&view));
-        let mut fut = ResponseFuture {
-            state: State::Admitted { headers: None },
-            config: Arc::clone(&config),
+    /// A request the layer does not check: passed on as it is (`req`), or answered (`state`).
+    fn unchecked(
+        config: Arc<Config<B, K>>,
+        inner: S,
+        req: Option<Request<ReqBody>>,
+        protocol: Protocol,
+        state: State<FallbackFuture<B::Future, SystemClock>, S::Future>,
+    ) -> Self {
+        let ticket = config.ticket();
+        ResponseFuture {
+            state,
+            config,
             inner: Some(inner),
             reserved: true,
-            req: None,
-            key: String::new(),
+            req,
+            key: Key::new(),
             rule: 0,
             tier: None,
             cost: 0,
@@ -145,15 +151,24 @@ where
             span: Span::none(),
             started: None,
             waited: false,
-            ticket: config.ticket(),
-        };
+            ticket,
+            headers: None,
+        }
+    }
+
+    /// Starts handling `req` with the ready service `inner`. (The future is built once, at
+    /// the end: it is large, and every move of it is a copy.)
+    pub(crate) fn start(config: Arc<Config<B, K>>, inner: S, req: Request<ReqBody>) -> Self {
+        let settings = &*config.settings;
+        let view = RequestRef::new(&req);
+        let protocol = Protocol::of(&view);
+        let rule_index = settings.rules.iter().position(|r| r.rule.matches(&view));
         // Exempt rules and requests no rule matches pass unchecked, without headers.
         let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
-            fut.req = Some(req);
-            return fut;
+            return Self::unchecked(config, inner, Some(req), protocol, State::Admitted);
         };
         let rule = &settings.rules[rule_index];
-        let key = match config.key.extract(&req) {
+        let key = match config.key.extract_key(&req) {
             Ok(k) => k,
             Err(e) => {
                 crate::metrics::missing_key(e.kind());
@@ -161,44 +176,65 @@ where
                 config.key_failed(&e);
                 match &settings.missing_key {
                     MissingKey::Allow => {
-                        fut.req = Some(req);
-                        return fut;
+                        return Self::unchecked(
+                            config,
+                            inner,
+                            Some(req),
+                            protocol,
+                            State::Admitted,
+                        );
                     }
-                    MissingKey::Key(k) => String::from(&**k),
+                    MissingKey::Key(k) => Key::from(Arc::clone(k)),
                     MissingKey::Reject => {
                         let res = Some(key_error(&e, protocol));
-                        fut.state = State::Respond { res };
-                        return fut;
+                        return Self::unchecked(
+                            config,
+                            inner,
+                            None,
+                            protocol,
+                            State::Respond { res },
+                        );
                     }
                 }
             }
         };
-        let exempt_key =
-            !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key.as_str());
+        let key_str = key.as_str();
+        let exempt_key = !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key_str);
         let tier = if exempt_key {
             None
         } else {
             config.choose_tier(settings, rule, &view)
         };
         let (Some(limits), false) = (rule.limits_for(tier), exempt_key) else {
-            fut.req = Some(req);
-            return fut;
+            return Self::unchecked(config, inner, Some(req), protocol, State::Admitted);
         };
-        fut.cost = config.cost(rule, &view);
-        fut.deadline = match settings.action {
+        let cost = config.cost(rule, &view);
+        let deadline = match settings.action {
             Action::Delay { max_wait } => Instant::now().checked_add(max_wait),
             _ => None,
         };
-        fut.span = check_span(settings, rule, &key, fut.cost);
-        fut.started = measure(&fut.span);
-        fut.ticket = config.ticket();
-        let check = config.backend.check_limits(&key, limits, fut.cost, None);
-        fut.state = State::Checking { check };
-        fut.rule = rule_index;
-        fut.tier = tier;
-        fut.key = key;
-        fut.req = Some(req);
-        fut
+        let span = check_span(settings, rule, key_str, cost);
+        let started = measure(&span);
+        let ticket = config.ticket();
+        let check = config.backend.check_limits(key_str, limits, cost, None);
+        ResponseFuture {
+            state: State::Checking { check },
+            config,
+            inner: Some(inner),
+            reserved: true,
+            req: Some(req),
+            key,
+            rule: rule_index,
+            tier,
+            cost,
+            protocol,
+            deadline,
+            span,
+            started,
+            waited: false,
+            ticket,
+            headers: None,
+        }
     }
 }
 
@@ -279,14 +315,15 @@ where
                         } => {
                             crate::metrics::decision(keys, &decision, outcome);
                             finish_span(&span, outcome.as_str(), &decision);
-                            let headers = headers.then_some(decision);
+                            if headers {
+                                *this.headers = Some(decision);
+                            }
                             match at {
-                                None => State::Admitted { headers },
+                                None => State::Admitted,
                                 Some(at) => {
                                     release(this.inner, this.reserved);
                                     State::Delaying {
                                         sleep: tokio::time::sleep_until(at),
-                                        headers,
                                     }
                                 }
                             }
@@ -302,7 +339,7 @@ where
                                 retry_after_ms = decision.retry_after().map(|d| d.as_millis()),
                                 "shadow mode: this request would have been denied"
                             );
-                            State::Admitted { headers: None }
+                            State::Admitted
                         }
                         Step::Recheck { at, decision } => {
                             *this.waited = true;
@@ -320,16 +357,11 @@ where
                                 protocol: *this.protocol,
                                 cost: *this.cost,
                             };
-                            let mut res = config.denial_response(&denial);
-                            headers::insert(
-                                res.headers_mut(),
-                                rule.policy_header_for(*this.tier),
-                                &decision,
-                                settings.legacy_headers,
-                            );
+                            let res =
+                                config.denial_response(&denial, rule.policy_header_for(*this.tier));
                             State::Respond { res: Some(res) }
                         }
-                        Step::FailOpen => State::Admitted { headers: None },
+                        Step::FailOpen => State::Admitted,
                         Step::FailClosed => State::Respond {
                             res: Some(unavailable(*this.protocol)),
                         },
@@ -348,16 +380,15 @@ where
                                 .check_limits(this.key, limits, *this.cost, None);
                             State::Checking { check }
                         }
-                        None => State::Admitted { headers: None },
+                        None => State::Admitted,
                     };
                     this.state.set(next);
                 }
-                StateProj::Delaying { sleep, headers } => {
+                StateProj::Delaying { sleep } => {
                     ready!(sleep.poll(cx));
-                    let headers = headers.take();
-                    this.state.set(State::Admitted { headers });
+                    this.state.set(State::Admitted);
                 }
-                StateProj::Admitted { headers } => {
+                StateProj::Admitted => {
                     // After a wait: acquire the inner service's readiness again.
                     if !*this.reserved {
                         if let Some(inner) = this.inner.as_mut() {
@@ -368,9 +399,8 @@ where
                         }
                         *this.reserved = true;
                     }
-                    let headers = headers.take();
                     match call(this.inner, this.req) {
-                        Some(fut) => this.state.set(State::Calling { fut, headers }),
+                        Some(fut) => this.state.set(State::Calling { fut }),
                         // Polled after the inner service was called: a contract violation
                         // by the caller. Stay pending rather than panic.
                         None => {
@@ -379,16 +409,15 @@ where
                         }
                     }
                 }
-                StateProj::Calling { fut, headers } => {
+                StateProj::Calling { fut } => {
                     let res = ready!(fut.poll(cx))?;
-                    let headers = headers.take();
                     this.state.set(State::Done);
                     let mut res = res.map(ResponseBody::inner);
-                    if let Some(d) = headers {
+                    if let Some(d) = this.headers.as_ref() {
                         headers::insert(
                             res.headers_mut(),
                             rule.policy_header_for(*this.tier),
-                            &d,
+                            d,
                             settings.legacy_headers,
                         );
                     }

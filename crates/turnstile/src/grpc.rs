@@ -22,6 +22,18 @@ pub(crate) enum Code {
     Unavailable = 14,
 }
 
+impl Code {
+    /// The code's number, as `grpc-status` carries it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidArgument => "3",
+            Code::ResourceExhausted => "8",
+            Code::Internal => "13",
+            Code::Unavailable => "14",
+        }
+    }
+}
+
 /// The retry delay a `RetryInfo` carries: `retry_after` rounded up to whole milliseconds.
 pub(crate) fn retry_delay(d: Duration) -> Duration {
     Duration::from_millis(ceil_ms(d))
@@ -87,14 +99,14 @@ pub(crate) fn trailers_only(code: Code, message: &str, details: Option<&[u8]>) -
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    h.insert("grpc-status", HeaderValue::from(code as i32));
+    h.insert("grpc-status", HeaderValue::from_static(code.as_str()));
     if !message.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&percent_encode(message)) {
+        if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(percent_encode(message))) {
             h.insert("grpc-message", v);
         }
     }
     if let Some(d) = details {
-        if let Ok(v) = HeaderValue::from_str(&encode::base64_no_pad(d)) {
+        if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(encode::base64_no_pad(d))) {
             h.insert("grpc-status-details-bin", v);
         }
     }
@@ -104,16 +116,22 @@ pub(crate) fn trailers_only(code: Code, message: &str, details: Option<&[u8]>) -
 /// Percent-encodes a `grpc-message` as tonic does (every byte outside 0x21–0x7E, and
 /// `"#<>`?{}`), and `%` too, so the same message reads the same with or without feature
 /// `tonic`.
+///
+/// Sized exactly, so the bytes become a header value without another allocation.
 fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
-        if (0x21..=0x7e).contains(&b) && !b"%\"#<>`?{}".contains(&b) {
-            out.push(char::from(b));
+    let keep = |b: u8| (0x21..=0x7e).contains(&b) && !b"%\"#<>`?{}".contains(&b);
+    let len = s.bytes().map(|b| if keep(b) { 1 } else { 3 }).sum();
+    let mut out = Vec::with_capacity(len);
+    for b in s.bytes() {
+        if keep(b) {
+            out.push(b);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
         }
     }
-    out
+    // ASCII only.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// A minimal protobuf encoder for `google.rpc.Status` with `RetryInfo` and `QuotaFailure`
@@ -192,11 +210,11 @@ pub(crate) mod encode {
         out
     }
 
-    /// Standard base64 without padding, as gRPC writes binary metadata.
+    /// Standard base64 without padding, as gRPC writes binary metadata (sized exactly).
     pub(crate) fn base64_no_pad(data: &[u8]) -> String {
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+        let mut out = String::with_capacity((data.len() * 4).div_ceil(3));
         for chunk in data.chunks(3) {
             let b = [
                 chunk[0],

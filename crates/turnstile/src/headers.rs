@@ -19,8 +19,6 @@
 //! `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` of the binding
 //! policy (the one with the smallest `remaining`), `Reset` as delta seconds rounded up.
 
-use std::fmt::Write;
-
 use http::HeaderValue;
 use turnstile_core::round::ceil_secs;
 use turnstile_core::{Applied, Decision, Policy};
@@ -41,89 +39,139 @@ pub const X_RATELIMIT_REMAINING: http::HeaderName =
 /// The legacy `X-RateLimit-Reset` header field name (delta seconds).
 pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
 
-/// The `RateLimit-Policy` value for `policies`, in order.
-pub(crate) fn policy_value<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> HeaderValue {
-    let mut s = String::new();
-    for (i, p) in policies.into_iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        let _ = write!(s, "\"{}\";q={}", p.name(), p.limit());
-        if p.period_ms() % 1000 == 0 {
-            let _ = write!(s, ";w={}", p.period_ms() / 1000);
-        } else {
-            let _ = write!(s, ";turnstile-period-ms={}", p.period_ms());
-        }
-        if let Some(b) = p.burst().filter(|b| *b != p.limit()) {
-            let _ = write!(s, ";turnstile-burst={b}");
+/// Where header values (and the denial body) are written: bytes and decimal integers,
+/// without `core::fmt`.
+pub(crate) trait Out {
+    /// Appends `bytes`.
+    fn put(&mut self, bytes: &[u8]);
+
+    /// Appends `n` in decimal.
+    fn put_u64(&mut self, n: u64) {
+        self.put(itoa::Buffer::new().format(n).as_bytes());
+    }
+}
+
+impl Out for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// A header value being written: on the stack while it fits (a few policies with names of
+/// ordinary length), else on the heap.
+pub(crate) struct ValueBuf {
+    stack: [u8; 256],
+    len: usize,
+    heap: Option<Vec<u8>>,
+}
+
+impl ValueBuf {
+    pub(crate) fn new() -> Self {
+        ValueBuf {
+            stack: [0; 256],
+            len: 0,
+            heap: None,
         }
     }
-    // Names are printable ASCII without '"' or '\', so the value is always valid.
-    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match &self.heap {
+            Some(v) => v,
+            None => &self.stack[..self.len],
+        }
+    }
+
+    /// The bytes as a header value: one allocation, the value's own. Every value written
+    /// here is visible ASCII (names are printable ASCII without `"` or `\`), so it is valid.
+    pub(crate) fn to_value(&self) -> HeaderValue {
+        HeaderValue::from_bytes(self.as_bytes()).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
 }
 
-/// The `RateLimit` value of `decision`, one member per policy in order.
-///
-/// Formatted on the stack when it fits (it does for a few policies with names of ordinary
-/// length), so building it costs one allocation: the header value's own.
+impl Out for ValueBuf {
+    fn put(&mut self, bytes: &[u8]) {
+        if let Some(v) = &mut self.heap {
+            v.extend_from_slice(bytes);
+            return;
+        }
+        let end = self.len + bytes.len();
+        match self.stack.get_mut(self.len..end) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.len = end;
+            }
+            None => {
+                let mut v = Vec::with_capacity(2 * end);
+                v.extend_from_slice(&self.stack[..self.len]);
+                v.extend_from_slice(bytes);
+                self.heap = Some(v);
+            }
+        }
+    }
+}
+
+/// The `RateLimit-Policy` value for `policies`, in order.
+pub(crate) fn policy_value<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> HeaderValue {
+    let mut out = ValueBuf::new();
+    for (i, p) in policies.into_iter().enumerate() {
+        if i > 0 {
+            out.put(b", ");
+        }
+        out.put(b"\"");
+        out.put(p.name().as_bytes());
+        out.put(b"\";q=");
+        out.put_u64(p.limit());
+        if p.period_ms() % 1000 == 0 {
+            out.put(b";w=");
+            out.put_u64(p.period_ms() / 1000);
+        } else {
+            out.put(b";turnstile-period-ms=");
+            out.put_u64(p.period_ms());
+        }
+        if let Some(b) = p.burst().filter(|b| *b != p.limit()) {
+            out.put(b";turnstile-burst=");
+            out.put_u64(b);
+        }
+    }
+    out.to_value()
+}
+
+/// The `RateLimit` value of `decision`, one member per policy in order: one allocation, the
+/// header value's own.
 pub(crate) fn ratelimit_value(decision: &Decision) -> HeaderValue {
-    let mut buf = StackBuf::new();
-    let fits = write_ratelimit(&mut buf, decision).is_ok();
-    let value = if fits {
-        HeaderValue::from_bytes(buf.as_bytes())
-    } else {
-        let mut s = String::with_capacity(512);
-        let _ = write_ratelimit(&mut s, decision);
-        HeaderValue::from_str(&s)
-    };
-    value.unwrap_or_else(|_| HeaderValue::from_static(""))
+    let mut out = ValueBuf::new();
+    write_ratelimit(&mut out, decision);
+    out.to_value()
 }
 
-fn write_ratelimit(w: &mut impl Write, decision: &Decision) -> std::fmt::Result {
+/// Writes the `RateLimit` members of `decision` to `out`.
+pub(crate) fn write_ratelimit(out: &mut impl Out, decision: &Decision) {
     for (i, p) in decision.policies().iter().enumerate() {
         if i > 0 {
-            w.write_str(", ")?;
+            out.put(b", ");
         }
-        write!(w, "\"{}\";r={}", p.name(), p.remaining())?;
+        out.put(b"\"");
+        out.put(p.name().as_bytes());
+        out.put(b"\";r=");
+        out.put_u64(p.remaining());
         let t = if p.allowed() {
             Some(p.reset_after())
         } else {
             p.retry_after()
         };
         if let Some(t) = t {
-            write!(w, ";t={}", ceil_secs(t))?;
+            out.put(b";t=");
+            out.put_u64(ceil_secs(t));
         }
     }
-    Ok(())
 }
 
-/// A fixed buffer that formats without allocating; writing past its end is an error.
-struct StackBuf {
-    buf: [u8; 512],
-    len: usize,
-}
-
-impl StackBuf {
-    fn new() -> Self {
-        StackBuf {
-            buf: [0; 512],
-            len: 0,
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl Write for StackBuf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
+/// `n` as a header value, without `core::fmt` (one allocation, the value's own; http's
+/// `HeaderValue::from(u64)` makes two).
+pub(crate) fn int_value(n: u64) -> HeaderValue {
+    let mut buf = itoa::Buffer::new();
+    HeaderValue::from_bytes(buf.format(n).as_bytes())
+        .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// Adds this layer's `RateLimit-Policy` and `RateLimit` items to `headers` and, if `legacy`,
@@ -148,20 +196,35 @@ pub(crate) fn insert(
     if decision.policies().is_empty() {
         return;
     }
+    insert_values(
+        headers,
+        policy_header,
+        ratelimit_value(decision),
+        decision,
+        legacy,
+    );
+}
+
+/// As [`insert`], with the `RateLimit` value already written (`ratelimit`, of `decision`,
+/// which has policies).
+pub(crate) fn insert_values(
+    headers: &mut http::HeaderMap,
+    policy_header: &HeaderValue,
+    ratelimit: HeaderValue,
+    decision: &Decision,
+    legacy: bool,
+) {
     let policy = match decision.applied() {
         Applied::Defaults => policy_header.clone(),
         _ => policy_value(decision.policies().iter().map(|p| p.policy())),
     };
     append_list(headers, RATELIMIT_POLICY, policy);
-    append_list(headers, RATELIMIT, ratelimit_value(decision));
+    append_list(headers, RATELIMIT, ratelimit);
     if legacy && !headers.contains_key(X_RATELIMIT_LIMIT) {
         if let Some(b) = decision.binding() {
-            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(b.policy().limit()));
-            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(b.remaining()));
-            headers.insert(
-                X_RATELIMIT_RESET,
-                HeaderValue::from(ceil_secs(b.reset_after())),
-            );
+            headers.insert(X_RATELIMIT_LIMIT, int_value(b.policy().limit()));
+            headers.insert(X_RATELIMIT_REMAINING, int_value(b.remaining()));
+            headers.insert(X_RATELIMIT_RESET, int_value(ceil_secs(b.reset_after())));
         }
     }
 }
@@ -171,12 +234,16 @@ pub(crate) fn insert(
 /// after every existing field line with `", "` into one line (RFC 9651, section 3.1: a
 /// List split over several lines is their comma-joined concatenation).
 fn append_list(headers: &mut http::HeaderMap, name: http::HeaderName, members: HeaderValue) {
-    if !headers.contains_key(&name) {
-        headers.insert(name, members);
-        return;
-    }
+    // One lookup: the usual case (absent) inserts at once.
+    let mut entry = match headers.entry(name) {
+        http::header::Entry::Vacant(v) => {
+            v.insert(members);
+            return;
+        }
+        http::header::Entry::Occupied(o) => o,
+    };
     let mut joined = Vec::with_capacity(256);
-    for line in headers.get_all(&name) {
+    for line in entry.iter() {
         let line = trim_ows(line.as_bytes());
         if !line.is_empty() {
             joined.extend_from_slice(line);
@@ -186,7 +253,7 @@ fn append_list(headers: &mut http::HeaderMap, name: http::HeaderName, members: H
     joined.extend_from_slice(members.as_bytes());
     // Joining valid field values with ", " keeps them valid.
     if let Ok(v) = HeaderValue::from_bytes(&joined) {
-        headers.insert(name, v);
+        entry.insert(v);
     }
 }
 

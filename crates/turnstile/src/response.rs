@@ -12,6 +12,7 @@ use turnstile_core::round::retry_after_secs;
 use turnstile_core::{Decision, Policy};
 
 use crate::grpc::{self, Code};
+use crate::headers::{self, Out};
 use crate::key::KeyError;
 
 /// The RFC 9457 problem type for a request over quota, registered with IANA by
@@ -231,22 +232,20 @@ impl fmt::Debug for DenialFnDebug<'_> {
 
 /// The human-readable reason for a denial.
 fn detail(decision: &Decision) -> String {
-    let mut s = String::with_capacity(112);
-    let _ = write_detail(&mut s, decision);
-    s
+    let mut s = Vec::with_capacity(112);
+    write_detail(&mut s, decision);
+    // Written from ASCII text and digits only.
+    String::from_utf8(s).unwrap_or_default()
 }
 
-fn write_detail(w: &mut String, decision: &Decision) -> fmt::Result {
+fn write_detail(w: &mut impl Out, decision: &Decision) {
     match decision.retry_after() {
-        Some(d) => write!(
-            w,
-            "Rate limit exceeded; retry in {} s.",
-            retry_after_secs(d)
-        ),
-        None => {
-            w.push_str("This request costs more than the policy's capacity and will never be admitted under this policy.");
-            Ok(())
+        Some(d) => {
+            w.put(b"Rate limit exceeded; retry in ");
+            w.put_u64(retry_after_secs(d));
+            w.put(b" s.");
         }
+        None => w.put(b"This request costs more than the policy's capacity and will never be admitted under this policy."),
     }
 }
 
@@ -254,39 +253,85 @@ fn write_detail(w: &mut String, decision: &Decision) -> fmt::Result {
 pub(crate) fn default_denial(d: &Denial<'_>) -> Response<Bytes> {
     match d.protocol {
         Protocol::Grpc => grpc::resource_exhausted(d.decision, &detail(d.decision), d.cost),
-        Protocol::Http => too_many_requests(d.decision),
+        Protocol::Http => too_many_requests(d.decision, None),
+    }
+}
+
+/// The default denial for `d`'s protocol with the layer's rate-limit headers
+/// ([`headers::insert`]: `policy_header` for the policies the check defaulted to, the legacy
+/// fields if `legacy`).
+pub(crate) fn default_denial_with_headers(
+    d: &Denial<'_>,
+    policy_header: &HeaderValue,
+    legacy: bool,
+) -> Response<Bytes> {
+    match d.protocol {
+        Protocol::Grpc => {
+            let mut res = default_denial(d);
+            headers::insert(res.headers_mut(), policy_header, d.decision, legacy);
+            res
+        }
+        Protocol::Http => too_many_requests(d.decision, Some((policy_header, legacy))),
     }
 }
 
 /// `429 Too Many Requests` (RFC 6585) for a denied `decision`: `Retry-After` in whole seconds
-/// rounded up, at least 1 (omitted when no wait can help), and an RFC 9457
-/// `application/problem+json` body naming the violated policies.
-fn too_many_requests(decision: &Decision) -> Response<Bytes> {
-    // One buffer for the whole body.
-    let mut body = String::with_capacity(384);
-    let _ = write!(
-        body,
-        "{{\"type\":\"{QUOTA_EXCEEDED_TYPE}\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\""
-    );
-    let _ = write_detail(&mut body, decision);
-    body.push_str("\",\"violated-policies\":[");
+/// rounded up, at least 1 (omitted when no wait can help), an RFC 9457
+/// `application/problem+json` body naming the violated policies, and with `headers` (the
+/// precomputed `RateLimit-Policy` value and whether to add the legacy fields) the
+/// rate-limit headers of [`headers::insert`].
+///
+/// The body, the `RateLimit` value and the `Retry-After` value are written into one buffer
+/// and share it (two allocations for the three: the buffer and its reference count).
+fn too_many_requests(
+    decision: &Decision,
+    headers: Option<(&HeaderValue, bool)>,
+) -> Response<Bytes> {
+    let names: usize = decision.policies().iter().map(|p| p.name().len()).sum();
+    let mut buf: Vec<u8> = Vec::with_capacity(384 + 2 * names + 64 * decision.policies().len());
+    buf.put(b"{\"type\":\"");
+    buf.put(QUOTA_EXCEEDED_TYPE.as_bytes());
+    buf.put(b"\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"");
+    write_detail(&mut buf, decision);
+    buf.put(b"\",\"violated-policies\":[");
     for (i, p) in decision.violated().enumerate() {
         if i > 0 {
-            body.push(',');
+            buf.put(b",");
         }
         // Policy names hold no '"' or '\', so they need no JSON escaping.
-        let _ = write!(body, "\"{}\"", p.name());
+        buf.put(b"\"");
+        buf.put(p.name().as_bytes());
+        buf.put(b"\"");
     }
-    body.push_str("]}");
-    let mut res = Response::new(Bytes::from(body));
+    buf.put(b"]}");
+    let body_end = buf.len();
+    let headers = headers.filter(|_| !decision.policies().is_empty());
+    if headers.is_some() {
+        headers::write_ratelimit(&mut buf, decision);
+    }
+    let ratelimit_end = buf.len();
+    let retry_after = decision.retry_after().map(retry_after_secs);
+    if let Some(secs) = retry_after {
+        buf.put_u64(secs);
+    }
+    let all = Bytes::from(buf);
+    let mut res = Response::new(all.slice(..body_end));
     *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let h = res.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
-    if let Some(d) = decision.retry_after() {
-        h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
+    // Both values are digits and visible ASCII: valid.
+    if retry_after.is_some() {
+        if let Ok(v) = HeaderValue::from_maybe_shared(all.slice(ratelimit_end..)) {
+            h.insert(header::RETRY_AFTER, v);
+        }
+    }
+    if let Some((policy_header, legacy)) = headers {
+        if let Ok(ratelimit) = HeaderValue::from_maybe_shared(all.slice(body_end..ratelimit_end)) {
+            headers::insert_values(h, policy_header, ratelimit, decision, legacy);
+        }
     }
     res
 }

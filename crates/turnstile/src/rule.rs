@@ -324,6 +324,8 @@ pub(crate) struct CompiledRule {
     /// The sets a request's tier selects, when the layer chooses tiers per request.
     pub(crate) tiers: Option<crate::tier::RuleTiers>,
     pub(crate) policy_header: HeaderValue,
+    /// The rule's [`Rule::label`], for spans (which may read it on every request).
+    pub(crate) label: Box<str>,
     /// The longest delay a leaky-bucket policy of this rule can ask for, (B − 1)·T, rounded
     /// up to whole nanoseconds; zero without a leaky bucket.
     pub(crate) max_leaky_delay: std::time::Duration,

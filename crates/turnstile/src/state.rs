@@ -154,11 +154,22 @@ impl<B, K> Config<B, K> {
         }
     }
 
-    /// The denial response for `denial`, custom or default, without rate-limit headers.
-    pub(crate) fn denial_response(&self, denial: &Denial<'_>) -> Response<Bytes> {
+    /// The denial response for `denial`, custom or default, with the rate-limit headers
+    /// ([`headers::insert`](crate::headers::insert): `policy_header` for the policies the
+    /// check defaulted to).
+    pub(crate) fn denial_response(
+        &self,
+        denial: &Denial<'_>,
+        policy_header: &http::HeaderValue,
+    ) -> Response<Bytes> {
+        let legacy = self.settings.legacy_headers;
         match &self.settings.response {
-            Some(f) => f(denial),
-            None => crate::response::default_denial(denial),
+            Some(f) => {
+                let mut res = f(denial);
+                crate::headers::insert(res.headers_mut(), policy_header, denial.decision, legacy);
+                res
+            }
+            None => crate::response::default_denial_with_headers(denial, policy_header, legacy),
         }
     }
 }

@@ -18,7 +18,7 @@ pub(crate) fn check_span(settings: &Settings, rule: &CompiledRule, key: &str, co
         target: "turnstile",
         "rate_limit_check",
         key = %settings.key_logging.display(key),
-        rule = %rule.rule.label(),
+        rule = %rule.label,
         policies = %PolicyNames(&rule.policies),
         cost,
         outcome = tracing::field::Empty,

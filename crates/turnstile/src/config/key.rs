@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::{HeaderName, Request};
 
 use crate::key::{
-    join, ClientIp, GlobalKey, GrpcMethod, HeaderKey, KeyError, KeyExtractor, PeerIp,
+    join, ClientIp, GlobalKey, GrpcMethod, HeaderKey, Key, KeyError, KeyExtractor, PeerIp,
 };
 
 /// The key extractor of a configuration file's `key`: one source, or two or three joined with
@@ -47,17 +47,17 @@ pub(super) enum Part {
 }
 
 impl Part {
-    fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         match self {
-            Part::Peer(k) => k.extract(req),
-            Part::Client(k) => k.extract(req),
-            Part::Header(k, _) => k.extract(req),
+            Part::Peer(k) => k.extract_key(req),
+            Part::Client(k) => k.extract_key(req),
+            Part::Header(k, _) => k.extract_key(req),
             #[cfg(feature = "axum")]
-            Part::Route => crate::key::Route.extract(req),
+            Part::Route => crate::key::Route.extract_key(req),
             #[cfg(not(feature = "axum"))]
             Part::Route => Err(KeyError::MissingMatchedPath),
-            Part::Grpc => GrpcMethod.extract(req),
-            Part::Global => GlobalKey.extract(req),
+            Part::Grpc => GrpcMethod.extract_key(req),
+            Part::Global => GlobalKey.extract_key(req),
         }
     }
 
@@ -132,15 +132,19 @@ impl fmt::Debug for ConfigKey {
 
 impl KeyExtractor for ConfigKey {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         match &*self.parts {
-            [one] => one.extract(req),
-            [a, b] => Ok(join(&[&a.extract(req)?, &b.extract(req)?])),
+            [one] => one.extract_key(req),
+            [a, b] => Ok(join(&[&a.extract_key(req)?, &b.extract_key(req)?])),
             parts => {
                 let mut values = Vec::with_capacity(parts.len());
                 for p in parts {
-                    values.push(p.extract(req)?);
+                    values.push(p.extract_key(req)?);
                 }
-                let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+                let refs: Vec<&str> = values.iter().map(Key::as_str).collect();
                 Ok(join(&refs))
             }
         }

@@ -1,13 +1,14 @@
 //! IP keys: the TCP peer, or the client behind trusted proxies.
 
 use std::fmt;
+use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, Request};
 use ipnet::IpNet;
 
-use super::{KeyError, KeyExtractor};
+use super::{Key, KeyError, KeyExtractor};
 
 use turnstile_core::ip::DEFAULT_IPV6_PREFIX;
 
@@ -64,8 +65,12 @@ impl PeerIp {
 
 impl KeyExtractor for PeerIp {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         peer_addr(req.extensions())
-            .map(|a| ip_key(canonical_ip(a.ip()), self.ipv6_prefix))
+            .map(|a| ip_key_inline(a.ip(), self.ipv6_prefix))
             .ok_or(KeyError::MissingPeerAddr)
     }
 }
@@ -252,8 +257,12 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let peer = peer_addr(req.extensions()).ok_or(KeyError::MissingPeerAddr)?;
-        Ok(ip_key(
+        Ok(ip_key_inline(
             self.client_addr(peer.ip(), req.headers()),
             self.ipv6_prefix,
         ))
@@ -269,8 +278,35 @@ fn check_prefix(len: u8) -> Result<(), InvalidPrefix> {
 }
 
 /// The canonical key of `ip` (see [`turnstile_core::ip::ip_key`]).
+#[cfg(test)]
 pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
     turnstile_core::ip::ip_key(ip, prefix)
+}
+
+/// The canonical key of `ip`, exactly [`turnstile_core::ip::ip_key`]'s, built inline (every
+/// IP key fits): an IPv4 address (also one mapped into IPv6) written octet by octet, an IPv6
+/// network as the standard library formats it.
+pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
+    let mut key = Key::new();
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    key.push_str(".");
+                }
+                key.push_str(itoa::Buffer::new().format(octet));
+            }
+        }
+        IpAddr::V6(v6) if prefix >= 128 => {
+            let _ = write!(key, "{v6}");
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            let net = Ipv6Addr::from(u128::from(v6) & mask);
+            let _ = write!(key, "{net}/{prefix}");
+        }
+    }
+    key
 }
 
 /// The peer address recorded in the request's extensions, if any.
@@ -501,6 +537,43 @@ mod tests {
             &mut c,
         );
         assert_eq!(c, [None, None, Some(ip("6.6.6.6")), Some(ip("7.7.7.7"))]);
+    }
+
+    #[test]
+    fn inline_ip_keys_are_the_core_ones() {
+        let mut addrs: Vec<IpAddr> = [
+            "0.0.0.0",
+            "9.10.99.100",
+            "255.255.255.255",
+            "192.0.2.1",
+            "::ffff:192.0.2.1",
+            "::ffff:10.0.0.255",
+            "::",
+            "::1",
+            "2001:db8::1",
+            "2001:db8:85a3:8d3:1319:8a2e:370:7348",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "fe80::1:2:3:4",
+        ]
+        .iter()
+        .map(|s| ip(s))
+        .collect();
+        // A spread of addresses from a simple generator, both families.
+        let mut x: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834;
+        for _ in 0..500 {
+            x = x
+                .wrapping_mul(0x2545_f491_4f6c_dd1d_2545_f491_4f6c_dd1d)
+                .wrapping_add(1);
+            addrs.push(IpAddr::V6(Ipv6Addr::from(x)));
+            addrs.push(IpAddr::V4(std::net::Ipv4Addr::from((x >> 64) as u32)));
+        }
+        for a in addrs {
+            for prefix in [0, 1, 32, 48, 56, 63, 64, 65, 96, 127, 128, 200] {
+                let inline = ip_key_inline(a, prefix);
+                assert!(inline.is_inline(), "{a} /{prefix}");
+                assert_eq!(inline.as_str(), ip_key(a, prefix), "{a} /{prefix}");
+            }
+        }
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! | [`KeyFn`] | whatever your closure returns ([`key_fn`]) |
 //! | `(A, B)`, `(A, B, C)` | the parts joined by `|` (a `|` or `%` inside a part is percent-encoded) |
 //!
+//! The layer takes each key as a [`Key`] ([`KeyExtractor::extract_key`]): every extractor
+//! here builds keys of up to 46 bytes inline, so extracting one allocates nothing.
+//!
 // Without the `axum` feature there is no `Route` here to link to: link to the full docs.
 #![cfg_attr(
     not(feature = "axum"),
@@ -27,8 +30,10 @@ use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri, Version};
 
+mod buf;
 mod ip;
 
+pub use buf::Key;
 pub(crate) use ip::peer_addr;
 pub use ip::{ClientIp, ForwardedHeader, InvalidPrefix, PeerIp};
 
@@ -47,6 +52,18 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// [`KeyError`] when the request carries nothing to key it by; the layer then applies its
     /// [`MissingKey`] outcome (by default an error response explaining what is missing).
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError>;
+
+    /// The key for `req` as a [`Key`]: what the layer calls, once per request. The default
+    /// wraps [`extract`](KeyExtractor::extract)'s `String` (no copy); the extractors of this
+    /// module override it to build keys of up to 46 bytes inline, so extracting one
+    /// allocates nothing. Override it too when a key can be built without a `String`; it
+    /// must give the same key as `extract`.
+    ///
+    /// # Errors
+    /// As [`extract`](KeyExtractor::extract).
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
+        self.extract(req).map(Key::from)
+    }
 }
 
 /// What the layer does with a request whose key cannot be extracted.
@@ -296,8 +313,16 @@ impl HeaderKey {
 
 impl KeyExtractor for HeaderKey {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         match req.headers().get(&self.name) {
-            Some(v) if !v.is_empty() => Ok(escape_bytes(v.as_bytes(), b"%")),
+            Some(v) if !v.is_empty() => {
+                let mut key = Key::new();
+                escape_into(&mut key, v.as_bytes(), b"%");
+                Ok(key)
+            }
             _ => Err(KeyError::MissingHeader(self.name.clone())),
         }
     }
@@ -314,9 +339,13 @@ pub struct Route;
 #[cfg(feature = "axum")]
 impl KeyExtractor for Route {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         req.extensions()
             .get::<axum::extract::MatchedPath>()
-            .map(|p| p.as_str().to_owned())
+            .map(|p| Key::from(p.as_str()))
             .ok_or(KeyError::MissingMatchedPath)
     }
 }
@@ -328,9 +357,16 @@ pub struct GrpcMethod;
 
 impl KeyExtractor for GrpcMethod {
     fn extract<B>(&self, req: &Request<B>) -> Result<String, KeyError> {
-        grpc_path(req.uri().path())
-            .map(|(s, m)| format!("{s}/{m}"))
-            .ok_or(KeyError::NotGrpc)
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
+        let (service, method) = grpc_path(req.uri().path()).ok_or(KeyError::NotGrpc)?;
+        let mut key = Key::new();
+        key.push_str(service);
+        key.push_str("/");
+        key.push_str(method);
+        Ok(key)
     }
 }
 
@@ -348,6 +384,10 @@ pub struct GlobalKey;
 impl KeyExtractor for GlobalKey {
     fn extract<B>(&self, _req: &Request<B>) -> Result<String, KeyError> {
         Ok(String::from("global"))
+    }
+
+    fn extract_key<B>(&self, _req: &Request<B>) -> Result<Key, KeyError> {
+        Ok(Key::from("global"))
     }
 }
 
@@ -393,31 +433,39 @@ where
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
     fn extract<R>(&self, req: &Request<R>) -> Result<String, KeyError> {
-        let a = self.0.extract(req)?;
-        let b = self.1.extract(req)?;
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<R>(&self, req: &Request<R>) -> Result<Key, KeyError> {
+        let a = self.0.extract_key(req)?;
+        let b = self.1.extract_key(req)?;
         Ok(join(&[&a, &b]))
     }
 }
 
 impl<A: KeyExtractor, B: KeyExtractor, C: KeyExtractor> KeyExtractor for (A, B, C) {
     fn extract<R>(&self, req: &Request<R>) -> Result<String, KeyError> {
-        let a = self.0.extract(req)?;
-        let b = self.1.extract(req)?;
-        let c = self.2.extract(req)?;
+        self.extract_key(req).map(String::from)
+    }
+
+    fn extract_key<R>(&self, req: &Request<R>) -> Result<Key, KeyError> {
+        let a = self.0.extract_key(req)?;
+        let b = self.1.extract_key(req)?;
+        let c = self.2.extract_key(req)?;
         Ok(join(&[&a, &b, &c]))
     }
 }
 
 /// Joins key parts with `|`, percent-encoding `%` and `|` inside parts so the result is
 /// unambiguous.
-pub(crate) fn join(parts: &[&str]) -> String {
-    let mut out = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+pub(crate) fn join(parts: &[&str]) -> Key {
+    let mut out = Key::new();
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
-            out.push('|');
+            out.push_str("|");
         }
         if p.contains(['%', '|']) {
-            out.push_str(&escape_bytes(p.as_bytes(), b"%|"));
+            escape_into(&mut out, p.as_bytes(), b"%|");
         } else {
             out.push_str(p);
         }
@@ -425,18 +473,25 @@ pub(crate) fn join(parts: &[&str]) -> String {
     out
 }
 
-/// Visible ASCII and space as they are; every other byte, and those in `extra`,
-/// percent-encoded.
-fn escape_bytes(bytes: &[u8], extra: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for &b in bytes {
-        if (0x20..0x7f).contains(&b) && !extra.contains(&b) {
-            out.push(char::from(b));
+/// Appends `bytes` to `out`: visible ASCII and space as they are; every other byte, and
+/// those in `extra`, percent-encoded (`%XX`, upper-case hex).
+fn escape_into(out: &mut Key, bytes: &[u8], extra: &[u8]) {
+    let keep = |b: u8| (0x20..0x7f).contains(&b) && !extra.contains(&b);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let run = rest.iter().position(|&b| !keep(b)).unwrap_or(rest.len());
+        let (plain, tail) = rest.split_at(run);
+        // Visible ASCII and space: text.
+        out.push_str(std::str::from_utf8(plain).unwrap_or_default());
+        if let Some((&b, tail)) = tail.split_first() {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            let code = [b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]];
+            out.push_str(std::str::from_utf8(&code).unwrap_or_default());
+            rest = tail;
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            rest = tail;
         }
     }
-    out
 }
 
 #[cfg(test)]
