@@ -23,7 +23,8 @@ local function cmd(name, ...)
   if name == 'TIME' then clock = clock + 1000; return {tostring(math.floor(clock / 1e6)), tostring(clock % 1e6)} end
   if name == 'GET' then local v = db[a[1]]; if v == nil then return false end; return v end
   if name == 'SET' then db[a[1]] = tostring(a[2]); return {ok = 'OK'} end
-  if name == 'PEXPIRE' then return 1 end
+  if name == "PEXPIRE" then return 1 end
+  if name == "EXISTS" then return 0 end
   if name == 'HMGET' then local r = {}; for i = 2, #a do r[i - 1] = false end; return r end
   error('unmocked ' .. name)
 end

@@ -29,6 +29,8 @@ macro_rules! check_definitions {
             "\n",
             include_str!("../lua/sliding_log.lua"),
             "\n",
+            include_str!("../lua/fast.lua"),
+            "\n",
             include_str!("../lua/check.lua"),
         )
     };
