@@ -11,6 +11,7 @@ use turnstile_core::{
 };
 
 use crate::call::Call;
+use crate::encoded::encoded_set;
 
 /// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
 /// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
@@ -146,9 +147,9 @@ pub(crate) fn check_args(
         .arg(cost)
         .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
         .arg(base)
-        .arg(policy_set("", sets.defaults)?);
+        .arg(&*encoded_set("", sets.defaults, || policy_set("", sets.defaults))?);
     for (tier, policies) in sets.tiers {
-        inv.arg(policy_set(tier, policies)?);
+        inv.arg(&*encoded_set(tier, policies, || policy_set(tier, policies))?);
     }
     Ok(())
 }
