@@ -343,7 +343,8 @@ local function check(KEYS, ARGV)
   -- A cost of 1, the most common, without a pattern match.
   local cost = ARGV[2]
   if cost == '1' then cost = 1 else cost = int_arg(cost) end
-  local flags, base = ARGV[3] and flags_of(ARGV[3]), ARGV[4]
+  local flags, base = ARGV[3], ARGV[4]
+  flags = FLAGS[flags or false] or (flags and flags_of(flags))
   if not now or not cost or not flags or not base then
     return redis.error_reply('TURNSTILE_ARGS malformed arguments')
   end

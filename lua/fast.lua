@@ -35,7 +35,9 @@ local function fast_decide(p, raw, now, c, min_ttl, out, o)
   local alg, L, P = p.alg, p.L, p.P
   local n1, n2, n3, n4, t = 0, 0, 0, 0, now
   if raw then
-    if type(raw) ~= 'string' then return nil end
+    -- An error reply (another type at the key) is a table; a string's .err is nil (its
+    -- metatable's index is the string library), without a call of type().
+    if raw.err then return nil end
     n1, n2, n3, n4 = match(raw, p.pat)
     if not n1 then return nil end
     n1, n2 = n1 + 0, n2 + 0
@@ -164,7 +166,9 @@ end
 local function fast_check(set, base, now, cost, min_ttl, version)
   local width, out = set.width, nil
   -- Redis reads a reply up to its first nil: the slots past width are cut off by one.
-  if width <= 8 then
+  if width == 6 then
+    out = {now, version, 0, 0, 0, 0}
+  elseif width <= 8 then
     out = {now, version, 0, 0, 0, 0, 0, 0}
     if width < 8 then out[width + 1] = nil end
   else
