@@ -1,8 +1,9 @@
 -- turnstile: one atomic call for one client key: check a request against the key's
 -- policies, or give quota back (refund), or forget its state (reset).
 --
--- Composed after prelude.lua and the per-algorithm pieces (bucket.lua, gcra.lua,
--- fixed_window.lua, sliding_window.lua, sliding_log.lua). It defines check(KEYS, ARGV),
+-- Composed after prelude.lua, the per-algorithm pieces (bucket.lua, gcra.lua,
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua) and fast.lua (the path of the
+-- common case: a check under the defaults of a key without configuration). It defines check(KEYS, ARGV),
 -- which the Rust side composes into both the Redis Function library (registered there
 -- and called with FCALL: every definition above runs once, at FUNCTION LOAD) and the
 -- EVALSHA script (the definitions, then `return check(KEYS, ARGV)`). Everything is local:

@@ -13,8 +13,9 @@ use turnstile_core::{
 use crate::call::Call;
 use crate::encoded::encoded_set;
 
-/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
-/// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
+/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces,
+/// `lua/fast.lua` (check's path for the common case) and `lua/check.lua` (which defines
+/// `check(KEYS, ARGV)`), in that order.
 macro_rules! check_definitions {
     () => {
         concat!(
