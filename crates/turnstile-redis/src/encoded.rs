@@ -30,8 +30,9 @@ pub(crate) fn encoded_set(
 ) -> Result<Arc<str>, BackendError> {
     ENCODED.with(|cache| {
         let mut cache = cache.borrow_mut();
-        if let Some((_, _, text)) =
-            cache.iter().find(|(t, ps, _)| **t == *tier && ps.as_slice() == policies)
+        if let Some((_, _, text)) = cache
+            .iter()
+            .find(|(t, ps, _)| **t == *tier && ps.as_slice() == policies)
         {
             return Ok(Arc::clone(text));
         }

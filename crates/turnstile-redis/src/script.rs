@@ -148,9 +148,13 @@ pub(crate) fn check_args(
         .arg(cost)
         .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
         .arg(base)
-        .arg(&*encoded_set("", sets.defaults, || policy_set("", sets.defaults))?);
+        .arg(&*encoded_set("", sets.defaults, || {
+            policy_set("", sets.defaults)
+        })?);
     for (tier, policies) in sets.tiers {
-        inv.arg(&*encoded_set(tier, policies, || policy_set(tier, policies))?);
+        inv.arg(&*encoded_set(tier, policies, || {
+            policy_set(tier, policies)
+        })?);
     }
     Ok(())
 }
