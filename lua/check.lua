@@ -1,8 +1,9 @@
 -- turnstile: one atomic call for one client key: check a request against the key's
 -- policies, or give quota back (refund), or forget its state (reset).
 --
--- Composed after prelude.lua and the per-algorithm pieces (bucket.lua, gcra.lua,
--- fixed_window.lua, sliding_window.lua, sliding_log.lua). It defines check(KEYS, ARGV),
+-- Composed after prelude.lua, the per-algorithm pieces (bucket.lua, gcra.lua,
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua) and fast.lua (the path of the
+-- common case: a check under the defaults of a key without configuration). It defines check(KEYS, ARGV),
 -- which the Rust side composes into both the Redis Function library (registered there
 -- and called with FCALL: every definition above runs once, at FUNCTION LOAD) and the
 -- EVALSHA script (the definitions, then `return check(KEYS, ARGV)`). Everything is local:
@@ -92,7 +93,9 @@ local function spec_of(params, name)
   -- states' prefix as it is.
   local text = params
   if find(params, '^0') or find(params, '.0', 1, true) then text = nil end
-  return keyed('', s, text)
+  s = keyed('', s, text)
+  fast_spec(s)
+  return s
 end
 
 -- A policy set's argument: {tier = its name ('' for the defaults), the policies in order},
@@ -103,13 +106,17 @@ local function set_of(text)
   if set then return set end
   local tier, from = match(text, '^([^\n]*)()')
   if tier ~= '' and not valid_tier(tier) then return nil end
-  set = {tier = tier}
+  -- fast: no sliding log (fast.lua's fast_check may decide it); width: its reply's length
+  -- under the defaults.
+  set = {tier = tier, fast = true, width = 3}
   local seen = {}
   for params, name in string.gmatch(string.sub(text, from), '\n([^ \n]*) ([^\n]*)') do
     local p = spec_of(params, name)
     if not p or seen[name] then return nil end
     seen[name] = true
     set[#set + 1] = p
+    if p.alg == 5 then set.fast = false end
+    set.width = set.width + p.a.width
   end
   -- Every line read (a line without its space is skipped by gmatch, not matched).
   local _, lines = string.gsub(text, '\n', '\n')
@@ -127,7 +134,8 @@ local function flags_of(text)
   if f then return f end
   local op, mode, ttl = match(text, '^(%l+) (%l+) (%d+)$')
   if not op or not OPS[op] or not MODES[mode] or not nat(ttl) then return nil end
-  f = {op, mode, ttl + 0}
+  -- fast: a check under the defaults when the key has no configuration (see check)
+  f = {op, mode, ttl + 0, fast = op == 'check' and mode == 'defaults'}
   if FLAG_COUNT >= MEMO_MAX then FLAGS, FLAG_COUNT = {}, 0 end
   FLAGS[text], FLAG_COUNT = f, FLAG_COUNT + 1
   return f
@@ -333,16 +341,31 @@ local function check(KEYS, ARGV)
   else
     now = int_arg(t_arg)
   end
-  local cost, flags, base = int_arg(ARGV[2]), ARGV[3] and flags_of(ARGV[3]), ARGV[4]
+  -- A cost of 1, the most common, without a pattern match.
+  local cost = ARGV[2]
+  if cost == '1' then cost = 1 else cost = int_arg(cost) end
+  local flags, base = ARGV[3], ARGV[4]
+  flags = FLAGS[flags or false] or (flags and flags_of(flags))
   if not now or not cost or not flags or not base then
     return redis.error_reply('TURNSTILE_ARGS malformed arguments')
   end
   local op, mode, min_ttl = flags[1], flags[2], flags[3]
+  local cfgkey = KEYS[1]
+
+  -- The common case first (fast.lua): a check under the defaults' set (parsed before: its
+  -- memo) of a key without configuration (EXISTS answers a number, where HMGET's answer is
+  -- a table); anything else, or fast_check's nil, takes the general path below.
+  if flags.fast then
+    local set = SETS[ARGV[5]]
+    if set and set.fast and set.tier == '' and redis.call('EXISTS', cfgkey) == 0 then
+      local out = fast_check(set, base, now, cost, min_ttl, 0)
+      if out then return out end
+    end
+  end
 
   -- The key's configuration. One that cannot be read decides nothing, not even a reset
   -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
   -- it.
-  local cfgkey = KEYS[1]
   local cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
   local problem
   if cfg.err then
@@ -378,6 +401,11 @@ local function check(KEYS, ARGV)
         set, bad_at = find_set(ARGV, nil)
         if not set then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
       end
+    end
+    if set and applied == 0 and op == 'check' and set.fast then
+      -- The common case (fast.lua); nil: the general path below.
+      local out = fast_check(set, base, now, cost, min_ttl, version)
+      if out then return out end
     end
     if set then policies = with_keys(set, base) end
   end

@@ -14,7 +14,9 @@
 # commands it makes, the reply.
 #
 # usage: scripts/redis-cpu-count.sh [NAME...]   (default: every row below)
-# knobs: WARMUP, CALLS, KEYSPACE (the -r of redis-benchmark), GCRA_LUA, CHECK_LUA, LIBRARY_LUA
+# knobs: WARMUP, CALLS, KEYSPACE (the -r of redis-benchmark), GCRA_LUA, CHECK_LUA, LIBRARY_LUA,
+#        CG_KEEP (a directory: each row's callgrind dumps are kept there as NAME.cg.*, for
+#        callgrind_annotate: which C functions the instructions go to)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -96,6 +98,7 @@ count() {  # name: prints instructions per call
   callgrind_control -d "$PID" >/dev/null 2>&1
   local ir
   ir=$(cat "$OUT"/cg.* | awk "/^summary:/ { s += \$2 } END { print s }")
+  if [ -n "${CG_KEEP:-}" ]; then mkdir -p "$CG_KEEP"; for f in "$OUT"/cg.*; do cp "$f" "$CG_KEEP/$name.${f##*/}"; done; fi
   kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
   # The dump holds the instructions since the zeroing: the measured calls, plus the
   # CONFIG RESETSTAT and INFO around them (a few thousand instructions, under 0.1 %).

@@ -1731,3 +1731,73 @@ async fn a_non_redis_endpoint_is_a_connection_error_that_says_so() {
     let d = local.check("k", &pol, 1).await.unwrap();
     assert_eq!((d.allowed(), d.remaining()), (true, 4));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unreadable_state_among_several_policies_is_invalid_state_and_writes_nothing() {
+    // Issue 15's fast path decides several policies before it stores any: a state it cannot
+    // read (garbage, another type, a number Lua's tonumber would take) at any one of them must
+    // still be InvalidState, with no other policy's state written, through FCALL and EVALSHA;
+    // after a reset the key decides as in memory.
+    let server = RedisServer::start();
+    let url = server.url();
+    let memory = MemoryBackend::new();
+    let t: u64 = 1_700_000_000_500;
+    let pol = [
+        p("token-bucket:limit=5,period=1s,name=a"),
+        p("sliding-window:limit=5,period=1s,name=b"),
+        p("fixed-window:limit=5,period=1s,name=c"),
+        p("gcra:limit=5,period=1s,name=d"),
+    ];
+    let limits = Limits::new(pol.to_vec()).unwrap();
+    let bad: [&[u8]; 5] = [
+        b"banana",
+        b"1.5.1000.5|1e3|0",
+        b"6.5.1000.5| 5|0|0|0",
+        b"4.5.1000.5|0x10|0|0",
+        b"2.5.1000.5|-0|0|0",
+    ];
+    for mode in [ScriptMode::Auto, ScriptMode::Eval] {
+        let on_redis = RedisBackend::builder(&url)
+            .prefix(prefix(&format!("several-{mode:?}")))
+            .timeout(Duration::from_secs(5))
+            .script_mode(mode)
+            .build()
+            .unwrap();
+        for (i, broken) in pol.iter().enumerate() {
+            for (j, value) in bad.iter().enumerate() {
+                let client = format!("{mode:?}-c{i}-{j}");
+                let what = format!("{mode:?}: {} holds {:?}", broken.name(), value);
+                let key = on_redis.state_key(&client, broken);
+                if j == 0 {
+                    // another type at the key
+                    raw(&url, redis::cmd("RPUSH").arg(&key).arg("x"))
+                        .await
+                        .unwrap();
+                } else {
+                    set_raw(&url, &key, value).await;
+                }
+                assert_invalid_state(on_redis.check_at(&client, &pol, 1, t).await, &what);
+                for other in pol.iter().filter(|o| o.name() != broken.name()) {
+                    let k = on_redis.state_key(&client, other);
+                    let got = raw(&url, redis::cmd("EXISTS").arg(&k)).await.unwrap();
+                    assert_eq!(
+                        got,
+                        redis::Value::Int(0),
+                        "{what}: {} written",
+                        other.name()
+                    );
+                }
+                on_redis.reset(&client, &limits, Some(t)).await.unwrap();
+                memory.reset(&client, &limits, Some(t)).await.unwrap();
+                for cost in [1, 3, 2, 0] {
+                    let got = on_redis.check_at(&client, &pol, cost, t).await.unwrap();
+                    let want = memory
+                        .check_at(&client, &pol, cost, t)
+                        .into_inner()
+                        .unwrap();
+                    assert_eq!(got, want, "{what}: after the reset, cost {cost}");
+                }
+            }
+        }
+    }
+}

@@ -57,6 +57,7 @@ mod builder;
 mod call;
 mod cluster;
 mod conn;
+mod encoded;
 mod error;
 mod fault;
 mod health;

@@ -11,9 +11,11 @@ use turnstile_core::{
 };
 
 use crate::call::Call;
+use crate::encoded::encoded_set;
 
-/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces
-/// and `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
+/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces,
+/// `lua/fast.lua` (check's path for the common case) and `lua/check.lua` (which defines
+/// `check(KEYS, ARGV)`), in that order.
 macro_rules! check_definitions {
     () => {
         concat!(
@@ -28,6 +30,8 @@ macro_rules! check_definitions {
             include_str!("../lua/sliding_window.lua"),
             "\n",
             include_str!("../lua/sliding_log.lua"),
+            "\n",
+            include_str!("../lua/fast.lua"),
             "\n",
             include_str!("../lua/check.lua"),
         )
@@ -144,9 +148,13 @@ pub(crate) fn check_args(
         .arg(cost)
         .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
         .arg(base)
-        .arg(policy_set("", sets.defaults)?);
+        .arg(&*encoded_set("", sets.defaults, || {
+            policy_set("", sets.defaults)
+        })?);
     for (tier, policies) in sets.tiers {
-        inv.arg(policy_set(tier, policies)?);
+        inv.arg(&*encoded_set(tier, policies, || {
+            policy_set(tier, policies)
+        })?);
     }
     Ok(())
 }
