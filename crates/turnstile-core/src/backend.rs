@@ -88,6 +88,19 @@ pub trait Backend: Clone + Send + Sync + 'static {
         check_policies(self, key, policies, cost, Some(now_ms))
     }
 
+    /// The result of `fut`, a future this backend's [`Backend::check_limits`] just returned,
+    /// when it is known without polling (`Ok`: a backend that decides inside the call, as the
+    /// in-memory one does), else `fut` back, unpolled (`Err`). `Ok(r)` is exactly what polling
+    /// `fut` would have given, with the same side effects: callers that can use an answer at
+    /// once (the tower layer calls the inner service straight away) skip a future. The
+    /// default knows nothing (`Err(fut)`).
+    ///
+    /// # Errors
+    /// `Err(fut)` is not a failure: the check has not finished and `fut` must be polled.
+    fn ready_now(fut: Self::Future) -> Result<CheckResult, Self::Future> {
+        Err(fut)
+    }
+
     /// Whether the state lives in this process (the in-memory backend: `true`). A local
     /// fallback (`wrap::Fallback`) never stands in for a local
     /// backend: it would be one more memory store for the same failure.

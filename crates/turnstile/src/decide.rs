@@ -51,11 +51,12 @@ pub(crate) enum Step {
     FailClosed,
 }
 
-/// The step after a check that ended with `result` at `now`.
+/// The step after a check that ended with `result`; `now` reads the time (only when a wait
+/// is to be scheduled: most steps need none).
 pub(crate) fn after_check(
     result: Result<Decision, BackendError>,
     cx: &Context,
-    now: Instant,
+    now: impl FnOnce() -> Instant,
 ) -> Step {
     match result {
         Ok(d) => after_decision(d, cx, now),
@@ -68,13 +69,14 @@ pub(crate) fn after_check(
     }
 }
 
-fn after_decision(decision: Decision, cx: &Context, now: Instant) -> Step {
+fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instant) -> Step {
     if !decision.allowed() {
         match cx.action {
             Action::Shadow => return Step::ShadowCall { decision },
             Action::Delay { .. } => {
                 // Wait only if the re-check, plus the longest leaky-bucket delay it could
                 // then get, still ends by the deadline.
+                let now = now();
                 let fits = decision
                     .retry_after()
                     .zip(cx.deadline)
@@ -102,7 +104,7 @@ fn after_decision(decision: Decision, cx: &Context, now: Instant) -> Step {
         Outcome::Allowed
     };
     let at = (!delay.is_zero()).then(|| {
-        let until = now + delay;
+        let until = now() + delay;
         // Never past the maximum wait (the layer's build check makes this a guard against
         // timer rounding only).
         cx.deadline.map_or(until, |deadline| until.min(deadline))
@@ -149,7 +151,7 @@ mod tests {
     fn admitted_requests_are_called_with_headers() {
         let now = Instant::now();
         let d = decisions("fixed-window:limit=1,period=1s", 1).remove(0);
-        match after_check(Ok(d), &cx(Action::Reject), now) {
+        match after_check(Ok(d), &cx(Action::Reject), || now) {
             Step::Call {
                 at: None,
                 headers: true,
@@ -162,7 +164,7 @@ mod tests {
         no_headers.headers_on_allowed = false;
         let d = decisions("fixed-window:limit=1,period=1s", 1).remove(0);
         assert!(matches!(
-            after_check(Ok(d), &no_headers, now),
+            after_check(Ok(d), &no_headers, || now),
             Step::Call { headers: false, .. }
         ));
     }
@@ -172,7 +174,7 @@ mod tests {
         let now = Instant::now();
         // T = 100 ms: the second request waits 100 ms.
         let d = decisions("leaky-bucket:limit=10,period=1s", 2).remove(1);
-        match after_check(Ok(d), &cx(Action::Reject), now) {
+        match after_check(Ok(d), &cx(Action::Reject), || now) {
             Step::Call {
                 at: Some(at),
                 outcome: Outcome::Delayed,
@@ -183,7 +185,7 @@ mod tests {
         let mut capped = cx(Action::delay(Duration::from_secs(1)));
         capped.deadline = Some(now + Duration::from_millis(30));
         let d = decisions("leaky-bucket:limit=10,period=1s", 2).remove(1);
-        match after_check(Ok(d), &capped, now) {
+        match after_check(Ok(d), &capped, || now) {
             Step::Call { at: Some(at), .. } => assert_eq!(at - now, Duration::from_millis(30)),
             other => panic!("{other:?}"),
         }
@@ -192,7 +194,7 @@ mod tests {
         query.cost = 0;
         let d = decisions("leaky-bucket:limit=10,period=1s", 2).remove(1);
         assert!(matches!(
-            after_check(Ok(d), &query, now),
+            after_check(Ok(d), &query, || now),
             Step::Call { at: None, .. }
         ));
     }
@@ -202,23 +204,23 @@ mod tests {
         let now = Instant::now();
         let denied = || decisions("fixed-window:limit=1,period=1s", 2).remove(1);
         assert!(matches!(
-            after_check(Ok(denied()), &cx(Action::Reject), now),
+            after_check(Ok(denied()), &cx(Action::Reject), || now),
             Step::Deny { .. }
         ));
         assert!(matches!(
-            after_check(Ok(denied()), &cx(Action::Shadow), now),
+            after_check(Ok(denied()), &cx(Action::Shadow), || now),
             Step::ShadowCall { .. }
         ));
         // Delay: re-checked when the wait fits the deadline, else denied at once.
         let mut delay = cx(Action::delay(Duration::from_secs(2)));
         delay.deadline = Some(now + Duration::from_secs(2));
-        match after_check(Ok(denied()), &delay, now) {
+        match after_check(Ok(denied()), &delay, || now) {
             Step::Recheck { at, .. } => assert_eq!(at - now, Duration::from_secs(1)),
             other => panic!("{other:?}"),
         }
         delay.deadline = Some(now + Duration::from_millis(999));
         assert!(matches!(
-            after_check(Ok(denied()), &delay, now),
+            after_check(Ok(denied()), &delay, || now),
             Step::Deny { .. }
         ));
         // A request that can never fit is denied at once.
@@ -227,7 +229,7 @@ mod tests {
         let p: Policy = "fixed-window:limit=1,period=1s".parse().unwrap();
         let never = b.check_at("k", &[p], 2, 0).into_inner().unwrap();
         assert!(matches!(
-            after_check(Ok(never), &delay, now),
+            after_check(Ok(never), &delay, || now),
             Step::Deny { .. }
         ));
         // After a re-check, an admission counts as delayed.
@@ -235,7 +237,7 @@ mod tests {
         waited.waited = true;
         let d = decisions("fixed-window:limit=1,period=1s", 1).remove(0);
         assert!(matches!(
-            after_check(Ok(d), &waited, now),
+            after_check(Ok(d), &waited, || now),
             Step::Call {
                 outcome: Outcome::Delayed,
                 ..
@@ -254,7 +256,7 @@ mod tests {
         ] {
             let mut c = cx(Action::Reject);
             c.failure = failure;
-            let step = after_check(err(), &c, now);
+            let step = after_check(err(), &c, || now);
             assert_eq!(matches!(step, Step::FailOpen), open, "{failure}");
             assert_eq!(matches!(step, Step::FailClosed), !open, "{failure}");
         }

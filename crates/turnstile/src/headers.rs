@@ -193,16 +193,9 @@ pub(crate) fn insert(
     decision: &Decision,
     legacy: bool,
 ) {
-    if decision.policies().is_empty() {
-        return;
+    if let Some(p) = Prepared::new(policy_header, decision, legacy) {
+        p.insert(headers);
     }
-    insert_values(
-        headers,
-        policy_header,
-        ratelimit_value(decision),
-        decision,
-        legacy,
-    );
 }
 
 /// As [`insert`], with the `RateLimit` value already written (`ratelimit`, of `decision`,
@@ -214,17 +207,75 @@ pub(crate) fn insert_values(
     decision: &Decision,
     legacy: bool,
 ) {
-    let policy = match decision.applied() {
-        Applied::Defaults => policy_header.clone(),
-        _ => policy_value(decision.policies().iter().map(|p| p.policy())),
-    };
-    append_list(headers, RATELIMIT_POLICY, policy);
-    append_list(headers, RATELIMIT, ratelimit);
-    if legacy && !headers.contains_key(X_RATELIMIT_LIMIT) {
-        if let Some(b) = decision.binding() {
-            headers.insert(X_RATELIMIT_LIMIT, int_value(b.policy().limit()));
-            headers.insert(X_RATELIMIT_REMAINING, int_value(b.remaining()));
-            headers.insert(X_RATELIMIT_RESET, int_value(ceil_secs(b.reset_after())));
+    Prepared::with_ratelimit(policy_header, ratelimit, decision, legacy).insert(headers);
+}
+
+/// This layer's rate-limit fields for one decision, written when the decision is made and
+/// added ([`Prepared::insert`], as [`insert`] says) to the response when it comes: an admitted
+/// request's future then carries these values, not the decision.
+pub(crate) struct Prepared {
+    policy: HeaderValue,
+    ratelimit: HeaderValue,
+    /// The binding policy's `X-RateLimit-Limit`, `-Remaining` and `-Reset` (delta seconds),
+    /// when the legacy fields are on.
+    legacy: Option<[u64; 3]>,
+}
+
+impl Prepared {
+    /// The fields of `decision` (`None`: it has no policies, so no fields); `policy_header`
+    /// and `legacy` as [`insert`] says.
+    pub(crate) fn new(policy_header: &HeaderValue, decision: &Decision, legacy: bool) -> Option<Self> {
+        if decision.policies().is_empty() {
+            return None;
+        }
+        Some(Self::with_ratelimit(
+            policy_header,
+            ratelimit_value(decision),
+            decision,
+            legacy,
+        ))
+    }
+
+    /// As [`Prepared::new`], with the `RateLimit` value already written (`ratelimit`, of
+    /// `decision`, which has policies).
+    fn with_ratelimit(
+        policy_header: &HeaderValue,
+        ratelimit: HeaderValue,
+        decision: &Decision,
+        legacy: bool,
+    ) -> Self {
+        let policy = match decision.applied() {
+            Applied::Defaults => policy_header.clone(),
+            _ => policy_value(decision.policies().iter().map(|p| p.policy())),
+        };
+        let legacy = if legacy {
+            decision.binding().map(|b| {
+                [
+                    b.policy().limit(),
+                    b.remaining(),
+                    ceil_secs(b.reset_after()),
+                ]
+            })
+        } else {
+            None
+        };
+        Prepared {
+            policy,
+            ratelimit,
+            legacy,
+        }
+    }
+
+    /// Adds the fields to `headers`, as [`insert`] says.
+    pub(crate) fn insert(self, headers: &mut http::HeaderMap) {
+        append_list(headers, RATELIMIT_POLICY, self.policy);
+        append_list(headers, RATELIMIT, self.ratelimit);
+        if let Some([limit, remaining, reset]) = self.legacy {
+            if !headers.contains_key(X_RATELIMIT_LIMIT) {
+                headers.insert(X_RATELIMIT_LIMIT, int_value(limit));
+                headers.insert(X_RATELIMIT_REMAINING, int_value(remaining));
+                headers.insert(X_RATELIMIT_RESET, int_value(reset));
+            }
         }
     }
 }

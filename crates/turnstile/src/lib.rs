@@ -84,6 +84,7 @@ mod naming;
 mod response;
 mod rule;
 mod service;
+mod slow;
 mod state;
 mod tier;
 mod trace;

@@ -17,9 +17,10 @@ use crate::state::{Config, Live};
 /// The rate-limiting middleware built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
 /// Readiness is the inner service's: [`Service::poll_ready`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.poll_ready) forwards it and nothing else.
-/// [`Service::call`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.call) moves the inner service that was made ready into the response future
-/// (leaving a fresh clone behind), checks the request, and calls the inner service only if
-/// the request is admitted. A denial is a response (`429`), not an error, so the error type
+/// [`Service::call`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.call) checks the request and calls the inner service that was made ready
+/// only if the request is admitted: at once when the backend decides inside the call (in
+/// memory), else from the response future, which then takes the ready service (leaving a
+/// fresh clone behind). A denial is a response (`429`), not an error, so the error type
 /// is the inner service's.
 pub struct RateLimit<S, B, K> {
     pub(crate) inner: S,
@@ -80,15 +81,12 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // Take the service that was driven to readiness; leave a clone for the next call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
         // A reloadable layer: the configuration in force when the request arrives decides it
-        // to the end.
-        let config = match &self.live {
-            Some(live) => live.load_full(),
-            None => Arc::clone(&self.config),
-        };
-        ResponseFuture::start(config, inner, req)
+        // to the end. The service made ready is called here when the check is decided at
+        // once; otherwise the future takes it (leaving a clone for the next call).
+        match &self.live {
+            Some(live) => ResponseFuture::start(&live.load_full(), &mut self.inner, req),
+            None => ResponseFuture::start(&self.config, &mut self.inner, req),
+        }
     }
 }

@@ -653,6 +653,12 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         self.check_policies(key, policies, cost, Now::explicit(now_ms))
     }
 
+    /// Always `Ok`: the in-memory backend decides inside [`Backend::check_limits`].
+    #[inline]
+    fn ready_now(fut: Self::Future) -> Result<CheckResult, Self::Future> {
+        Ok(fut.into_inner())
+    }
+
     fn is_local(&self) -> bool {
         true
     }

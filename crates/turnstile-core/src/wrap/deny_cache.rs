@@ -362,6 +362,29 @@ impl<B: Backend> Backend for DenyCache<B> {
         }
     }
 
+    #[inline]
+    fn ready_now(fut: Self::Future) -> Result<CheckResult, Self::Future> {
+        match fut.state {
+            State::Cached {
+                decision: Some(decision),
+            } => Ok(Ok(decision)),
+            State::Cached { decision: None } => Err(DenyCacheFuture {
+                state: State::Cached { decision: None },
+            }),
+            State::Asking { fut, learn } => match B::ready_now(fut) {
+                Ok(result) => {
+                    if let Some(l) = learn {
+                        l.learn(&result);
+                    }
+                    Ok(result)
+                }
+                Err(fut) => Err(DenyCacheFuture {
+                    state: State::Asking { fut, learn },
+                }),
+            },
+        }
+    }
+
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }

@@ -244,6 +244,24 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
         }
     }
 
+    #[inline]
+    fn ready_now(fut: Self::Future) -> Result<CheckResult, Self::Future> {
+        match fut.state {
+            State::Pass { fut } => B::ready_now(fut).map_err(|fut| FallbackFuture {
+                state: State::Pass { fut },
+            }),
+            State::Watch { fut, retry } => match B::ready_now(fut) {
+                Ok(result) => Ok(match retry {
+                    Some(r) => r.settle(result),
+                    None => result,
+                }),
+                Err(fut) => Err(FallbackFuture {
+                    state: State::Watch { fut, retry },
+                }),
+            },
+        }
+    }
+
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }
