@@ -46,12 +46,14 @@ pub(crate) trait Out {
     fn put(&mut self, bytes: &[u8]);
 
     /// Appends `n` in decimal.
+    #[inline]
     fn put_u64(&mut self, n: u64) {
         self.put(itoa::Buffer::new().format(n).as_bytes());
     }
 }
 
 impl Out for Vec<u8> {
+    #[inline]
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
     }
@@ -89,6 +91,7 @@ impl ValueBuf {
 }
 
 impl Out for ValueBuf {
+    #[inline]
     fn put(&mut self, bytes: &[u8]) {
         if let Some(v) = &mut self.heap {
             v.extend_from_slice(bytes);

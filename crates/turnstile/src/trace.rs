@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use tracing::Span;
+use tracing::level_filters::LevelFilter;
+use tracing::{Level, Span};
 use turnstile_core::Decision;
 
 use crate::rule::CompiledRule;
@@ -14,6 +15,13 @@ use crate::state::Settings;
 /// and the backend's latency are recorded when the check completes. Free when no subscriber
 /// wants DEBUG spans of target `turnstile`.
 pub(crate) fn check_span(settings: &Settings, rule: &CompiledRule, key: &str, cost: u64) -> Span {
+    // No subscriber enables DEBUG (the span macro's own first test), and no logger takes
+    // DEBUG records (all that tracing's `log` fallback, when it is compiled in, could write
+    // for this span: its fields, and its enter, exit and close at the span's level): the span
+    // could do nothing, so none is made, and none is entered, recorded or closed.
+    if LevelFilter::current() < Level::DEBUG && log::max_level() < log::LevelFilter::Debug {
+        return Span::none();
+    }
     tracing::debug_span!(
         target: "turnstile",
         "rate_limit_check",

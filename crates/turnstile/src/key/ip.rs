@@ -290,11 +290,28 @@ pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
     let mut key = Key::new();
     match canonical_ip(ip) {
         IpAddr::V4(v4) => {
+            // Dotted decimal, written into a buffer and appended at once.
+            let mut buf = [0u8; 15];
+            let mut n = 0;
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    key.push_str(".");
+                    buf[n] = b'.';
+                    n += 1;
                 }
-                key.push_str(itoa::Buffer::new().format(octet));
+                if octet >= 100 {
+                    buf[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    buf[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + octet % 10;
+                n += 1;
+            }
+            // ASCII digits and dots: always UTF-8.
+            if let Ok(text) = std::str::from_utf8(&buf[..n]) {
+                key.push_str(text);
             }
         }
         IpAddr::V6(v6) if prefix >= 128 => {
