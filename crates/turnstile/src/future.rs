@@ -112,6 +112,7 @@ where
     S: Service<Request<ReqBody>> + Clone,
 {
     /// The inner service called with `req` now (it is ready), its response getting `headers`.
+    #[inline]
     fn call_now(inner: &mut S, req: Request<ReqBody>, headers: Option<Prepared>) -> Self {
         ResponseFuture {
             state: State::Calling {
@@ -132,6 +133,7 @@ where
 
     /// Starts handling `req` with the ready service `inner` (left ready for the next call, or
     /// replaced by a clone when the request took its readiness), under `config`.
+    #[inline]
     pub(crate) fn start(config: &Arc<Config<B, K>>, inner: &mut S, req: Request<ReqBody>) -> Self {
         let settings = &*config.settings;
         let view = RequestRef::new(&req);

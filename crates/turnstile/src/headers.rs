@@ -91,7 +91,8 @@ impl ValueBuf {
 }
 
 impl Out for ValueBuf {
-    #[inline]
+    // Always inlined: most pieces are constants, whose copies then need no `memcpy` call.
+    #[inline(always)]
     fn put(&mut self, bytes: &[u8]) {
         if let Some(v) = &mut self.heap {
             v.extend_from_slice(bytes);
