@@ -228,7 +228,11 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// The fields of `decision` (`None`: it has no policies, so no fields); `policy_header`
     /// and `legacy` as [`insert`] says.
-    pub(crate) fn new(policy_header: &HeaderValue, decision: &Decision, legacy: bool) -> Option<Self> {
+    pub(crate) fn new(
+        policy_header: &HeaderValue,
+        decision: &Decision,
+        legacy: bool,
+    ) -> Option<Self> {
         if decision.policies().is_empty() {
             return None;
         }

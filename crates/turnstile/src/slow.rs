@@ -266,7 +266,6 @@ where
             headers,
         }
     }
-
 }
 
 impl<B: Backend, K, S: Service<R>, R> SlowFuture<B, K, S, R> {

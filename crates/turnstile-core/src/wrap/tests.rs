@@ -545,3 +545,51 @@ fn fallback_keeps_counting_a_dead_masters_keys_while_other_masters_answer() {
         .count();
     assert_eq!(admitted, 1);
 }
+
+/// `B::ready_now` of one of `backend`'s futures.
+fn at_once<B: Backend>(_backend: &B, fut: B::Future) -> Result<CheckResult, B::Future> {
+    B::ready_now(fut)
+}
+
+#[test]
+fn ready_now_gives_what_polling_gives_or_the_future_back() {
+    let clock = ManualClock::new(0);
+    let l = limits("fixed-window:limit=2,period=1m");
+    let memory = || MemoryBackend::builder().clock(clock.clone()).build();
+    // In memory, alone, behind a fallback and behind a deny cache: decided at once, exactly as
+    // a twin whose futures are polled.
+    let polled = memory();
+    let direct = memory();
+    let fb = Fallback::with_local(memory(), FailurePolicy::Local, memory());
+    let dc = DenyCache::new(memory());
+    for _ in 0..4 {
+        let want = now(polled.check_limits("k", &l, 1, None)).unwrap();
+        let got = at_once(&direct, direct.check_limits("k", &l, 1, None));
+        assert_eq!(got.ok().map(Result::unwrap), Some(want.clone()));
+        let got = at_once(&fb, fb.check_limits("k", &l, 1, None));
+        assert_eq!(got.ok().map(Result::unwrap), Some(want.clone()));
+        // (A cached denial counts its wait down on the real clock: compared field by field.)
+        let got = at_once(&dc, dc.check_limits("k", &l, 1, None))
+            .ok()
+            .map(Result::unwrap)
+            .unwrap();
+        assert_eq!(
+            (got.allowed(), got.remaining()),
+            (want.allowed(), want.remaining())
+        );
+    }
+    // The third check's denial was learned, the fourth answered from the cache.
+    assert_eq!(dc.hits(), 1);
+
+    // A backend that cannot tell: the future comes back unpolled, and polling it decides
+    // (here through the fallback's local decision while the backend is down).
+    let remote = Flaky::new(&clock, unreachable_redis);
+    let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, memory());
+    remote.down.store(true, Ordering::Relaxed);
+    let Err(fut) = at_once(&fb, fb.check_limits("k", &l, 1, None)) else {
+        panic!("Flaky keeps the default ready_now");
+    };
+    assert_eq!(fb.local_decisions(), 0);
+    assert!(now(fut).unwrap().allowed());
+    assert_eq!(fb.local_decisions(), 1);
+}
