@@ -8,15 +8,16 @@
 #
 # Each stack runs twice (N1 and N2 requests after a warm-up of 100); instructions per request
 # = (Ir(N2) - Ir(N1)) / (N2 - N1), so set-up cancels out. Knobs: N1 (default 20000), N2
-# (default 60000), MODES (default "bare turnstile turnstile-no-headers turnstile-denied
-# tower-governor").
+# (default 60000), MODES (default "bare identity-layer turnstile turnstile-no-headers
+# turnstile-denied tower-governor"; `identity-layer` is axum with a layer that does nothing:
+# what axum adds for any layer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 need valgrind valgrind
 N1="${N1:-20000}"
 N2="${N2:-60000}"
-MODES="${MODES:-bare turnstile turnstile-no-headers turnstile-denied tower-governor}"
+MODES="${MODES:-bare identity-layer turnstile turnstile-no-headers turnstile-denied tower-governor}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 cargo bench -q -p turnstile-benches --bench http_path --no-run
 BIN=$(ls -t "$TARGET"/release/deps/http_path-* | grep -v '\.d$' | head -1)

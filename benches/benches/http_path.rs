@@ -10,7 +10,8 @@
 //! http_path MODE COUNT
 //! ```
 //!
-//! MODE: `bare`, `turnstile`, `turnstile-no-headers`, `turnstile-denied`, `tower-governor`
+//! MODE: `bare`, `turnstile`, `turnstile-no-headers`, `turnstile-denied`, `tower-governor`,
+//! `identity-layer`
 //! (see `turnstile_benches::Mode`); COUNT: requests after a warm-up of 100. It prints the
 //! status codes counted.
 
@@ -25,7 +26,7 @@ use tower::{Service, ServiceExt};
 use turnstile_benches::{app, Mode};
 
 fn usage() -> ! {
-    eprintln!("usage: http_path bare|turnstile|turnstile-no-headers|turnstile-denied|tower-governor COUNT");
+    eprintln!("usage: http_path bare|turnstile|turnstile-no-headers|turnstile-denied|tower-governor|identity-layer COUNT");
     std::process::exit(2)
 }
 

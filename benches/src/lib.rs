@@ -28,6 +28,10 @@ pub enum Mode {
     TurnstileDenied,
     /// axum behind tower_governor's `GovernorLayer` (defaults: no headers).
     TowerGovernor,
+    /// axum behind a layer that does nothing (tower's `Identity`): what axum itself adds for
+    /// any layer (the boxed route and future, the response mapping), the floor under every
+    /// other layered stack. Counted by `scripts/profile-http.sh`.
+    IdentityLayer,
 }
 
 /// Requests per second of every quota (and its burst) that must not deny: 10^9, never
@@ -64,5 +68,6 @@ pub fn app(mode: Mode) -> Result<Router, Box<dyn std::error::Error>> {
                 .ok_or("invalid tower_governor configuration")?;
             app.layer(GovernorLayer::new(config))
         }
+        Mode::IdentityLayer => app.layer(tower_layer::Identity::new()),
     })
 }
