@@ -60,18 +60,16 @@ impl Out for Vec<u8> {
 }
 
 /// A header value being written: on the stack while it fits (a few policies with names of
-/// ordinary length), else on the heap.
+/// ordinary length; the stack part is not zeroed first), else on the heap.
 pub(crate) struct ValueBuf {
-    stack: [u8; 256],
-    len: usize,
+    stack: arrayvec::ArrayVec<u8, 256>,
     heap: Option<Vec<u8>>,
 }
 
 impl ValueBuf {
     pub(crate) fn new() -> Self {
         ValueBuf {
-            stack: [0; 256],
-            len: 0,
+            stack: arrayvec::ArrayVec::new(),
             heap: None,
         }
     }
@@ -79,7 +77,7 @@ impl ValueBuf {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         match &self.heap {
             Some(v) => v,
-            None => &self.stack[..self.len],
+            None => &self.stack,
         }
     }
 
@@ -98,18 +96,11 @@ impl Out for ValueBuf {
             v.extend_from_slice(bytes);
             return;
         }
-        let end = self.len + bytes.len();
-        match self.stack.get_mut(self.len..end) {
-            Some(dst) => {
-                dst.copy_from_slice(bytes);
-                self.len = end;
-            }
-            None => {
-                let mut v = Vec::with_capacity(2 * end);
-                v.extend_from_slice(&self.stack[..self.len]);
-                v.extend_from_slice(bytes);
-                self.heap = Some(v);
-            }
+        if self.stack.try_extend_from_slice(bytes).is_err() {
+            let mut v = Vec::with_capacity(2 * (self.stack.len() + bytes.len()));
+            v.extend_from_slice(&self.stack);
+            v.extend_from_slice(bytes);
+            self.heap = Some(v);
         }
     }
 }
@@ -294,25 +285,24 @@ impl Prepared {
 /// List split over several lines is their comma-joined concatenation).
 fn append_list(headers: &mut http::HeaderMap, name: http::HeaderName, members: HeaderValue) {
     // One lookup: the usual case (absent) inserts at once.
-    let mut entry = match headers.entry(name) {
-        http::header::Entry::Vacant(v) => {
-            v.insert(members);
-            return;
-        }
-        http::header::Entry::Occupied(o) => o,
-    };
+    if !headers.append(&name, members) {
+        return;
+    }
+    // The field was there: `members` is its last line now. (It is never empty and has no
+    // spaces around it, so trimming it changes nothing.)
     let mut joined = Vec::with_capacity(256);
-    for line in entry.iter() {
+    for line in headers.get_all(&name) {
         let line = trim_ows(line.as_bytes());
         if !line.is_empty() {
+            if !joined.is_empty() {
+                joined.extend_from_slice(b", ");
+            }
             joined.extend_from_slice(line);
-            joined.extend_from_slice(b", ");
         }
     }
-    joined.extend_from_slice(members.as_bytes());
     // Joining valid field values with ", " keeps them valid.
     if let Ok(v) = HeaderValue::from_bytes(&joined) {
-        entry.insert(v);
+        headers.insert(name, v);
     }
 }
 
