@@ -10,7 +10,10 @@
 # = (Ir(N2) - Ir(N1)) / (N2 - N1), so set-up cancels out. Knobs: N1 (default 20000), N2
 # (default 60000), MODES (default "bare identity-layer turnstile turnstile-no-headers
 # turnstile-denied tower-governor"; `identity-layer` is axum with a layer that does nothing:
-# what axum adds for any layer).
+# what axum adds for any layer). With FLAME=DIR it also draws a flame graph per stack,
+# DIR/<stack>.svg, from `perf record --call-graph dwarf` of FLAME_N requests (default 300000;
+# perf's default event, cpu-clock on a VM without hardware counters) folded by inferno
+# (`cargo install inferno`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -41,4 +44,13 @@ for m in $MODES; do
   [ "$m" = bare ] && bare=$per
   if [ -n "$bare" ]; then extra=$(( per - bare )); else extra='-'; fi
   printf '%-22s %12s %12s\n' "$m" "$per" "$extra"
+  if [ -n "${FLAME:-}" ]; then
+    mkdir -p "$FLAME"
+    command -v inferno-flamegraph >/dev/null || { echo "FLAME needs inferno: cargo install inferno" >&2; exit 1; }
+    perf record -q -F 4999 -g --call-graph dwarf,16384 -o "$OUT/perf.data" \
+      "$BIN" "$m" "${FLAME_N:-300000}" >/dev/null 2>"$OUT/log"
+    perf script -i "$OUT/perf.data" 2>/dev/null | inferno-collapse-perf >"$OUT/folded"
+    inferno-flamegraph --title "$m: http_path $m ${FLAME_N:-300000} (commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))" \
+      --width 1400 --minwidth 1.5 <"$OUT/folded" >"$FLAME/$m.svg"
+  fi
 done
