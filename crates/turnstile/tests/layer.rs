@@ -37,7 +37,8 @@ async fn pending_readiness_is_propagated_and_the_ready_clone_is_called() {
     assert_ready_ok!(svc.poll_ready());
 
     // tower-test's mock panics if `call` reaches a clone that was not polled ready, so this
-    // proves `call` hands the ready service to the future.
+    // proves `call` uses the ready service (the in-memory backend decides in `call`, which
+    // calls it at once; a backend that answers later has the future take it).
     let fut = tokio::spawn(svc.call(req_from("192.0.2.1")));
     let (req, send) = handle.next_request().await.unwrap();
     assert!(req.extensions().get::<SocketAddr>().is_some());
@@ -51,6 +52,27 @@ async fn pending_readiness_is_propagated_and_the_ready_clone_is_called() {
     assert_eq!(
         res.headers()["ratelimit-policy"],
         "\"token-bucket:limit=5,period=1s\";q=5;w=1"
+    );
+}
+
+#[tokio::test]
+async fn an_in_memory_admission_calls_the_inner_service_before_the_future_is_polled() {
+    let clock = ManualClock::new(0);
+    let (mut svc, mut handle) = mock::spawn_layer::<Req, Response<String>, _>(layer(
+        "token-bucket:limit=5,period=1s",
+        &clock,
+    ));
+    handle.allow(1);
+    assert_ready_ok!(svc.poll_ready());
+    let fut = svc.call(req_from("192.0.2.1"));
+    // Not polled yet, and the request is already with the inner service.
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_response(Response::new("ok".to_owned()));
+    let res = fut.await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"token-bucket:limit=5,period=1s\";r=4;t=1"
     );
 }
 

@@ -198,3 +198,34 @@ async fn a_delayed_request_waits_for_the_permit_again_when_its_delay_ends() {
         (Duration::from_millis(1500), StatusCode::OK)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_denied_request_holds_no_permit_of_the_inner_service() {
+    // Fixed window, 1 a minute: the second request is denied. The permit its readied service
+    // reserved is given back when the denial is decided (in `call`, the backend being in
+    // memory), not when its response future goes: another clone gets it meanwhile.
+    let layer = RateLimitLayer::builder()
+        .backend(backend())
+        .policy("fixed-window:limit=1,period=1m".parse::<Policy>().unwrap())
+        .build()
+        .unwrap();
+    let svc = app(layer);
+    let start = Instant::now();
+    assert_eq!(
+        send(&svc, get("/"), start).await.unwrap(),
+        (Duration::ZERO, StatusCode::OK)
+    );
+    let mut denied_svc = svc.clone();
+    denied_svc.ready().await.unwrap();
+    let denied = denied_svc.call(get("/"));
+    let mut other = svc.clone();
+    let ready = tokio::time::timeout(Duration::from_millis(1), other.ready()).await;
+    assert!(
+        ready.is_ok(),
+        "the denied request kept the inner service's permit"
+    );
+    assert_eq!(
+        denied.await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
