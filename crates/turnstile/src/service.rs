@@ -85,7 +85,9 @@ where
         // to the end. The service made ready is called here when the check is decided at
         // once; otherwise the future takes it (leaving a clone for the next call).
         match &self.live {
-            Some(live) => ResponseFuture::start(&live.load_full(), &mut self.inner, req),
+            // (A guard, not a reference count, while `call` runs: the future clones the
+            // configuration only if it waits.)
+            Some(live) => ResponseFuture::start(&live.load(), &mut self.inner, req),
             None => ResponseFuture::start(&self.config, &mut self.inner, req),
         }
     }
