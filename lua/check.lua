@@ -125,6 +125,8 @@ local function set_of(text)
     set.pat, set.none = pat .. '$', {}
     if captures > 32 then set.fast = false end
   end
+  -- defaults: the fast path may decide this set when it is the defaults'.
+  set.defaults = set.fast and tier == ''
   if SET_COUNT >= MEMO_MAX then SETS, SET_COUNT = {}, 0 end
   SETS[text], SET_COUNT = set, SET_COUNT + 1
   return set
@@ -236,19 +238,6 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states
   return nil
 end
 
--- ARGV[1]: the time in ms, or the server's TIME when it is ''; nil when malformed.
-local function now_of(t_arg)
-  if t_arg == '' then
-    -- The server's own reply, two decimal integers (seconds, microseconds): read by
-    -- arithmetic directly, as nat would read them.
-    local t = redis.call('TIME')
-    local us = t[2] + 0
-    local r = us % 1000
-    return t[1] * 1000 + (us - r) / 1000
-  end
-  return int_arg(t_arg)
-end
-
 -- The key base "<prefix>:{<tag>}" of the state string's key (KEYS[1]: the base, ':' and the
 -- format), or nil.
 local function base_of(key)
@@ -265,7 +254,18 @@ end
 
 local function check(KEYS, ARGV)
   if not match then bind() end
-  local now = now_of(ARGV[1])
+  local now
+  local t_arg = ARGV[1]
+  if t_arg == '' then
+    -- The server's own reply, two decimal integers (seconds, microseconds): read by
+    -- arithmetic directly, as nat would read them.
+    local t = redis.call('TIME')
+    local us = t[2] + 0
+    local r = us % 1000
+    now = t[1] * 1000 + (us - r) / 1000
+  else
+    now = int_arg(t_arg)
+  end
   -- A cost of 1, the most common, without a pattern match.
   local cost = ARGV[2]
   if cost == '1' then cost = 1 else cost = int_arg(cost) end
@@ -275,18 +275,18 @@ local function check(KEYS, ARGV)
   if not now or not cost or not flags or not key then
     return redis.error_reply('TURNSTILE_ARGS malformed arguments')
   end
-  local op, mode, min_ttl = flags[1], flags[2], flags[3]
 
   -- The common case first (fast.lua): a check under the defaults' set (parsed before: its
   -- memo) of a key whose state string was written without configuration, or a fresh key
   -- without one; anything else, or fast_check's nil, takes the general path below.
   if flags.fast then
     local set = SETS[ARGV[4]]
-    if set and set.fast and set.tier == '' then
-      local out = fast_check(set, key, now, cost, min_ttl, cfgkey_of)
+    if set and set.defaults then
+      local out = fast_check(set, key, now, cost, flags[3], cfgkey_of)
       if out then return out end
     end
   end
+  local op, mode, min_ttl = flags[1], flags[2], flags[3]
 
   local base = base_of(key)
   if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
