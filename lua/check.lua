@@ -239,13 +239,8 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states
 end
 
 -- The key base "<prefix>:{<tag>}" of the state string's key (KEYS[1]: the base, ':' and the
--- format), or nil.
-local function base_of(key)
-  if type(key) ~= 'string' or string.sub(key, -#FORMAT_SUFFIX) ~= FORMAT_SUFFIX then
-    return nil
-  end
-  return string.sub(key, 1, -#FORMAT_SUFFIX - 1)
-end
+-- format) is the one capture of BASE_OF.
+local BASE_OF = '^(.+)' .. FORMAT_SUFFIX .. '$'
 
 -- The configuration hash's key of the state string at key (fast_check's, for a fresh key).
 local function cfgkey_of(key)
@@ -288,7 +283,7 @@ local function check(KEYS, ARGV)
   end
   local op, mode, min_ttl = flags[1], flags[2], flags[3]
 
-  local base = base_of(key)
+  local base = match(key, BASE_OF)
   if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
   local cfgkey = base .. '~cfg'
   -- The key's configuration. One that cannot be read decides nothing, not even a reset

@@ -139,19 +139,23 @@ local function decode(key, p, raw, now)
 end
 
 -- The state string at key: {head = '0' or 'c', [name] = state text, the names in order}, an
--- empty table (no head) when there is none, or nil and the error.
+-- empty table (no head) when there is none, or nil and the error. Each line is read with
+-- one anchored match from where the last one ended. (A name is checked by others_of unless
+-- it is an applying policy's, whose name the caller's own arguments gave.)
 local function read_states(key)
   local raw = redis.pcall('GET', key)
   local states = {}
   if not raw then return states end
   if type(raw) ~= 'string' then return nil, bad(key, raw.err) end
-  if not find(raw, '^[0c]\n') then return nil, bad(key, 'not a state string') end
-  states.head = string.sub(raw, 1, 1)
-  for line in string.gmatch(raw, '\n([^\n]*)') do
-    local state, name = match(line, '^([^\t]+)\t(.+)$')
-    if not state or not valid_name(name) or states[name] then return nil, bad(key) end
-    states[name] = state
-    states[#states + 1] = name
+  local head, at = match(raw, '^([0c])()\n')
+  if not head then return nil, bad(key, 'not a state string') end
+  states.head = head
+  local size, n = #raw, 0
+  while at <= size do
+    local state, name, after = match(raw, '^\n([^\t\n]+)\t([^\n]+)()', at)
+    if not state or states[name] then return nil, bad(key) end
+    n = n + 1
+    states[name], states[n], at = state, name, after
   end
   return states
 end
@@ -185,17 +189,22 @@ end
 -- The states the string held (states) of every policy that does not apply to this call (not
 -- in policies), each read strictly (kept_ttl): {their lines kept (in use), ttl = the
 -- largest TTL they need (0: none), logs = their sliding logs' keys}; or nil and the error
--- when one is not a state.
+-- when one is not a state. NONE_KEPT (never written to) when there is none.
+local NONE_KEPT = {ttl = 0}
 local function others_of(key, base, states, policies, now, min_ttl)
-  local kept, mine = {ttl = 0}, {}
-  for i = 1, #policies do mine[policies[i].name] = true end
+  local kept = NONE_KEPT
   for i = 1, #states do
-    local name = states[i]
-    if not mine[name] then
+    local name, mine = states[i], false
+    for j = 1, #policies do
+      if policies[j].name == name then mine = true; break end
+    end
+    if not mine then
       local state = states[name]
+      if not valid_name(name) then return nil, bad(key, 'a policy name') end
       local ttl, err = kept_ttl(key, base, name, state, now, min_ttl)
       if not ttl then return nil, err end
       if ttl > 0 then
+        if kept == NONE_KEPT then kept = {ttl = 0} end
         kept[#kept + 1] = '\n' .. state .. '\t' .. name
         if ttl > kept.ttl then kept.ttl = ttl end
         if find(state, '^5%.') then
@@ -213,24 +222,26 @@ end
 -- kept (others_of's answer), with the largest TTL of all. Deletes the key when no line is
 -- left. Every sliding log in it gets the string's TTL.
 local function write_states(key, head, policies, kept)
-  local lines, most, logs = {head}, kept.ttl, {}
+  local value, most = head, kept.ttl
   for i = 1, #policies do
     local p = policies[i]
     if p.line then
-      lines[#lines + 1] = p.line
+      value = value .. p.line
       if p.ttl > most then most = p.ttl end
-      if p.alg == 5 then logs[#logs + 1] = logkey_of(p) end
     end
   end
-  for i = 1, #kept do lines[#lines + 1] = kept[i] end
-  if kept.logs then
-    for i = 1, #kept.logs do logs[#logs + 1] = kept.logs[i] end
-  end
-  if #lines == 1 then
+  for i = 1, #kept do value = value .. kept[i] end
+  if value == head then
     redis.call('DEL', key)
     return
   end
   local ttl = format('%d', most)
-  redis.call('SET', key, table.concat(lines), 'PX', ttl)
-  for i = 1, #logs do redis.call('PEXPIRE', logs[i], ttl) end
+  redis.call('SET', key, value, 'PX', ttl)
+  for i = 1, #policies do
+    local p = policies[i]
+    if p.line and p.alg == 5 then redis.call('PEXPIRE', logkey_of(p), ttl) end
+  end
+  if kept.logs then
+    for i = 1, #kept.logs do redis.call('PEXPIRE', kept.logs[i], ttl) end
+  end
 end
