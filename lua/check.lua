@@ -242,6 +242,9 @@ end
 -- format) is the one capture of BASE_OF.
 local BASE_OF = '^(.+)' .. FORMAT_SUFFIX .. '$'
 
+-- The configuration of a key whose state string says it has none.
+local NO_CONFIG = {}
+
 -- The configuration hash's key of the state string at key (fast_check's, for a fresh key).
 local function cfgkey_of(key)
   return string.sub(key, 1, -#FORMAT_SUFFIX - 1) .. '~cfg'
@@ -286,15 +289,25 @@ local function check(KEYS, ARGV)
   local base = match(key, BASE_OF)
   if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
   local cfgkey = base .. '~cfg'
+  -- A check reads the state string first: one written without configuration (header '0')
+  -- says there is none, as it does for the fast path (every change of the configuration
+  -- marks it). A refund or a reset always reads the configuration (it changes it).
+  local states, serr, cfg
+  if op == 'check' then
+    states, serr = read_states(key)
+    if states and states.head == '0' then cfg = NO_CONFIG end
+  end
   -- The key's configuration. One that cannot be read decides nothing, not even a reset
   -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
   -- it.
-  local cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
   local problem
-  if cfg.err then
-    problem = 'not a hash (' .. cfg.err .. ')'
-  elseif cfg[1] or cfg[2] or cfg[3] then
-    problem = config_problem(cfg)
+  if not cfg then
+    cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
+    if cfg.err then
+      problem = 'not a hash (' .. cfg.err .. ')'
+    elseif cfg[1] or cfg[2] or cfg[3] then
+      problem = config_problem(cfg)
+    end
   end
   if problem then
     return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. cfgkey
@@ -347,7 +360,7 @@ local function check(KEYS, ARGV)
     o = o + p.a.width
   end
 
-  local states, kept
+  local kept
   if op == 'reset' then
     -- Forget the applying policies' states (their lines, and a sliding log's list), and
     -- nothing else: the other policies' states are kept as a check keeps them. A string
@@ -363,8 +376,8 @@ local function check(KEYS, ARGV)
     local kept = states and others_of(key, base, states, policies, now, min_ttl)
     if kept then write_states(key, 'c', policies, kept) else redis.call('DEL', key) end
   else
-    local err
-    states, err = read_states(key)
+    local err = serr
+    if op ~= 'check' then states, err = read_states(key) end
     if not states then return redis.error_reply(err.err) end
     -- The other policies' states are read (strictly) too: they are kept.
     kept, err = others_of(key, base, states, policies, now, min_ttl)
