@@ -278,7 +278,8 @@ local function check(KEYS, ARGV)
   -- memo) of a key whose state string was written without configuration, or a fresh key
   -- without one; anything else, or fast_check's nil, takes the general path below.
   if flags.fast then
-    local set = SETS[ARGV[4]]
+    -- (With EVALSHA the memo is empty at every call: the set is parsed here.)
+    local set = SETS[ARGV[4]] or (ARGV[4] and set_of(ARGV[4]))
     if set and set.defaults then
       local out = fast_check(set, key, now, cost, flags[3], cfgkey_of)
       if out then return out end
