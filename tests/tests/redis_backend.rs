@@ -1220,10 +1220,9 @@ async fn a_reset_repairs_a_state_key_holding_garbage_of_any_kind() {
         let store = |client: String, state: String, log: Option<String>| {
             let url = url.clone();
             let (sk, lk) = (state_key(&client), log_key(&client));
-            let state = if state.starts_with('!') {
-                state[1..].to_owned()
-            } else {
-                format!("0\n{state}\tp")
+            let state = match state.strip_prefix('!') {
+                Some(as_is) => as_is.to_owned(),
+                None => format!("0\n{state}\tp"),
             };
             async move {
                 set_raw(&url, &sk, state.as_bytes()).await;

@@ -30,7 +30,11 @@ fn backend(url: &str, test: &str, mode: ScriptMode) -> RedisBackend {
 async fn get(url: &str, key: &str) -> redis::Value {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
 }
 
 /// The header of the state string at `key` ('0': written without configuration, 'c': with
@@ -102,7 +106,10 @@ async fn every_configuration_change_is_seen_by_the_very_next_check_of_a_key_with
             }
             for i in 0..3 {
                 let a = r.check_limits(key, &limits, 1, Some(t)).await.unwrap();
-                let b = m.check_limits(key, &limits, 1, Some(t)).into_inner().unwrap();
+                let b = m
+                    .check_limits(key, &limits, 1, Some(t))
+                    .into_inner()
+                    .unwrap();
                 assert_eq!(a, b, "{what}: check {i}");
             }
         }
@@ -118,11 +125,16 @@ async fn every_configuration_change_is_seen_by_the_very_next_check_of_a_key_with
         assert_eq!(d.version(), 1, "{mode:?}");
         // A refund's version bump marks it too, on a client that never had a configuration.
         let other = r.state_key("refunded", &defaults[0]);
-        r.check_limits("refunded", &limits, 1, Some(t)).await.unwrap();
+        r.check_limits("refunded", &limits, 1, Some(t))
+            .await
+            .unwrap();
         assert_eq!(header(&url, &other).await, Some(b'0'), "{mode:?}");
         let d = r.refund("refunded", &limits, 1, Some(t)).await.unwrap();
         assert_eq!(d.version(), 1, "{mode:?}");
-        let d = r.check_limits("refunded", &limits, 1, Some(t)).await.unwrap();
+        let d = r
+            .check_limits("refunded", &limits, 1, Some(t))
+            .await
+            .unwrap();
         assert_eq!(d.version(), 1, "{mode:?}: the next check sees the bump");
         assert_eq!(header(&url, &other).await, Some(b'c'), "{mode:?}");
     }
@@ -151,13 +163,19 @@ async fn a_policy_of_another_tier_keeps_its_state_in_the_string() {
         for round in 0..3 {
             for cost in [2, 1] {
                 let a = r.check_limits("c", &limits, cost, Some(t)).await.unwrap();
-                let b = m.check_limits("c", &limits, cost, Some(t)).into_inner().unwrap();
+                let b = m
+                    .check_limits("c", &limits, cost, Some(t))
+                    .into_inner()
+                    .unwrap();
                 same(a, b, &format!("round {round}, defaults, cost {cost}"));
             }
             r.set_tier("c", Some("pro")).await.unwrap();
             m.set_tier("c", Some("pro")).await.unwrap();
             let a = r.check_limits("c", &limits, 4, Some(t)).await.unwrap();
-            let b = m.check_limits("c", &limits, 4, Some(t)).into_inner().unwrap();
+            let b = m
+                .check_limits("c", &limits, 4, Some(t))
+                .into_inner()
+                .unwrap();
             same(a, b, &format!("round {round}, pro"));
             r.set_tier("c", None).await.unwrap();
             m.set_tier("c", None).await.unwrap();
