@@ -208,12 +208,6 @@ local function config_problem(cfg)
   return nil
 end
 
--- ttl: whole ms >= 1, passed as text ('%d': a number argument would be written with '%.17g',
--- exact too, but several times the work).
-local function store(key, value, ttl)
-  redis.call('SET', key, value, 'PX', format('%d', ttl))
-end
-
 -- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call
 -- uses it, so a call creates the functions of the algorithms it runs, not of all six (with
 -- EVALSHA the whole script runs again on every call; a Function library keeps them from call

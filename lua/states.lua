@@ -235,6 +235,8 @@ local function write_states(key, head, policies, kept)
     redis.call('DEL', key)
     return
   end
+  -- The TTL passed as text ('%d': a number argument would be written with '%.17g', exact
+  -- too, but several times the work).
   local ttl = format('%d', most)
   redis.call('SET', key, value, 'PX', ttl)
   for i = 1, #policies do
