@@ -9,27 +9,34 @@
 -- EVALSHA script (the definitions, then `return check(KEYS, ARGV)`). Everything is local:
 -- a Function library may create or read no global at run time.
 --
--- KEYS[1] the key's configuration, a hash: o = its override (lines "alg L P B name"),
---         t = its tier, v = its version. Every other key this call touches is
---         ARGV[6] .. ':f2:' .. policy name (state) or ARGV[6] .. '~log:f2:' .. name (a
---         sliding log), all in KEYS[1]'s Cluster slot: ARGV[6] is KEYS[1]'s prefix and hash
---         tag, and 'f2' the stored format's version (STATE_FORMAT in prelude.lua).
---         (An override's policies are only known once KEYS[1] is read, so their keys
---         cannot be passed in KEYS.)
+-- KEYS[1] the client's state string, <prefix>:{<tag>}:f3 ('f3' the stored format's version,
+--         STATE_FORMAT in prelude.lua): every policy's state of the client key in one
+--         string, after a header saying whether the key had a configuration when it was
+--         written (see states.lua). Every other key this call touches is derived from it,
+--         all in its Cluster slot (the same hash tag): the configuration hash <prefix>:{<tag>}
+--         ~cfg (o = its override, lines "alg L P B name"; t = its tier; v = its version), read
+--         only when the state string does not say there is none (a fresh key: one EXISTS),
+--         and a sliding log's list <prefix>:{<tag>}~log:f3:<policy name>.
 -- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
 -- ARGV[2] the cost (check, refund), 0 <= cost <= 2^53 - 1; 0 is a query
 -- ARGV[3] "<op> <unconfigured> <least TTL>": op 'check', 'refund' or 'reset'; for a key
 --         without configuration 'defaults', 'deny' or 'allow'; the least TTL in ms of a
 --         written key (0; 600000 with explicit simulation time)
--- ARGV[4] the key base "<prefix>:{<tag>}"
--- ARGV[5] and on: one argument per policy set, the defaults first, then the tiers: its tier
+-- ARGV[4] and on: one argument per policy set, the defaults first, then the tiers: its tier
 --         name ('' for the defaults), then per policy a line "\n<alg.L.P.B> <name>": its
 --         parameters (algorithm id: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window,
 --         5 sliding log, 6 sliding window; limit L; period P in ms; capacity: burst B for
 --         buckets, L for windows), the very text its stored state begins with, and its name
 --         (names and tiers hold no line break). The caller encodes a set once; a Function
 --         library parses each set (and ARGV[3]) once per node (see SETS), so a call costs
---         five arguments and a table look-up whatever its policies.
+--         one key, four arguments and a table look-up whatever its policies.
+--
+-- Design (issue 15): the common case makes three Redis calls whatever the number of
+-- policies — TIME, GET and SET .. PX of the one string (fast.lua) — where one key per policy
+-- and the configuration's probe made 2 + 2 per policy. Whatever creates or changes the
+-- configuration hash (config.lua, a refund's or reset's version bump) marks the string in
+-- the same atomic call, so the fast path never decides under a configuration it did not
+-- read.
 --
 -- Stored states begin with their parameters "alg.L.P.B"; a state written under other
 -- parameters carries over by the rule of SEMANTICS-level carry_over (see turnstile-core's
@@ -42,8 +49,9 @@
 -- Errors (error replies change nothing): TURNSTILE_ARGS for malformed arguments;
 -- TURNSTILE_INVALID_STATE when the configuration cannot be read (every operation: which
 -- policies apply is unknown; config.lua's 'clear' removes it) or, for check and refund, a
--- policy's state cannot (see load). reset reads no state: it deletes whatever the applying
--- policies' keys hold, so it repairs a key holding garbage.
+-- policy's state (any line of the state string) cannot (see read_states and decode). reset
+-- forgets the applying policies' states whatever they hold (a string that cannot be read:
+-- all of it), so it repairs a key holding garbage.
 --
 -- Returns {now, version, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited),
 -- [the tier's name: only when applied is 2], then per policy: [alg, L, P, B, name: only for
@@ -67,20 +75,6 @@
 -- parse: the same text always gives the same answer); with EVALSHA they live one call. At
 -- most MEMO_MAX entries each; then a table starts over.
 local SETS, SET_COUNT, FLAGS, FLAG_COUNT, MEMO_MAX = {}, 0, {}, 0, 1000
-
--- A policy with its keys: an override's (see parse_override) or a spec's. params is the text
--- its state begins with: the arguments as they came when they are canonical (no leading zero:
--- the id, L, P and B are at least 1), else rewritten.
-local function keyed(base, p, params)
-  p.base = base
-  p.a = algorithm(p.alg)
-  p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
-  p.suffix = ':' .. STATE_FORMAT .. ':' .. p.name
-  p.logsuffix = '~log:' .. STATE_FORMAT .. ':' .. p.name
-  p.key = base .. p.suffix
-  p.logkey = base .. p.logsuffix
-  return p
-end
 
 -- The policy of the parameters params ("alg.L.P.B", digits only, so s + 0 reads them in
 -- decimal, as nat; bounded by policy_of) and name, or nil.
@@ -121,6 +115,18 @@ local function set_of(text)
   -- Every line read (a line without its space is skipped by gmatch, not matched).
   local _, lines = string.gsub(text, '\n', '\n')
   if lines ~= #set then return nil end
+  -- fast_check's pattern of the whole state string: the header '0', then each policy's
+  -- line in order (a Lua pattern holds at most 32 captures).
+  if set.fast then
+    local pat, captures = '^0', 0
+    for i = 1, #set do
+      pat, captures = pat .. set[i].pat, captures + set[i].a.fields
+    end
+    set.pat, set.none = pat .. '$', {}
+    if captures > 32 then set.fast = false end
+  end
+  -- defaults: the fast path may decide this set when it is the defaults'.
+  set.defaults = set.fast and tier == ''
   if SET_COUNT >= MEMO_MAX then SETS, SET_COUNT = {}, 0 end
   SETS[text], SET_COUNT = set, SET_COUNT + 1
   return set
@@ -148,27 +154,21 @@ end
 local function with_keys(set, base)
   for i = 1, #set do
     local p = set[i]
-    p.base, p.key, p.carried = base, base .. p.suffix, nil
+    p.base, p.key, p.carried = base, base .. FORMAT_SUFFIX, nil
     if p.alg == 5 then p.logkey = base .. p.logsuffix else p.logkey = nil end
   end
   return set
 end
 
--- The key of p's log (a sliding log's, or one another algorithm's policy of the same name
--- left).
-local function logkey_of(p)
-  return p.logkey or (p.base .. p.logsuffix)
-end
-
--- The set of tier in ARGV (tier nil: the defaults, ARGV[5]); false when no set has that
+-- The set of tier in ARGV (tier nil: the defaults, ARGV[4]); false when no set has that
 -- tier; nil and the argument's index for a malformed set.
 local function find_set(ARGV, tier)
   if not tier then
-    local set = ARGV[5] and set_of(ARGV[5])
-    if not set or set.tier ~= '' then return nil, 5 end
+    local set = ARGV[4] and set_of(ARGV[4])
+    if not set or set.tier ~= '' then return nil, 4 end
     return set
   end
-  for i = 6, #ARGV do
+  for i = 5, #ARGV do
     local set = set_of(ARGV[i])
     if not set or set.tier == '' then return nil, i end
     if set.tier == tier then return set end
@@ -187,124 +187,34 @@ local function int_arg(s)
 end
 
 -- A refund or a reset bumps the key's version (out[2]), once every state it needs was read
--- (an error reply changes nothing).
-local function bump(cfgkey, cfg, out)
+-- (an error reply changes nothing), and marks the state string at key as configured (see
+-- states.lua: the fast path no longer decides from it alone).
+local function bump(cfgkey, cfg, out, key)
   out[2] = redis.call('HINCRBY', cfgkey, 'v', 1)
   if not cfg[1] and not cfg[2] then
     -- A version alone is kept a day: long enough for anyone holding the old one to see it.
     redis.call('PEXPIRE', cfgkey, 86400000)
   end
-end
-
--- A fresh state of p's algorithm, last updated at t.
-local function fresh_at(p, t)
-  local f = p.a.fresh()
-  f.updated = t
-  return f
-end
--- The state of p, in p's terms: a state stored under other parameters carries over.
-local function carry(q, p, st, t)
-  if is_bucket(q.alg) and is_bucket(p.alg) then
-    local units = min(ceildiv(debt_now(q, st, t), q.P), p.B)
-    if units == 0 then return fresh_at(p, t) end
-    return debt_state(p, units * p.P, t)
-  elseif q.alg == 4 and p.alg == 4 then
-    local count = 0
-    if st.w == divmod(t, q.P) then count = st.n end
-    local w = divmod(t, p.P)
-    if count == 0 or divmod(st.updated, p.P) ~= w then return fresh_at(p, t) end
-    return {updated = t, w = w, n = min(count, p.L)}
-  elseif q.alg == 6 and p.alg == 6 then
-    local n, m = sliding_counts(st, divmod(t, q.P))
-    local w = divmod(t, p.P)
-    if q.P == p.P then
-      if n == 0 and m == 0 then return fresh_at(p, t) end
-      return {updated = t, w = w, cur = min(n, p.L), prev = min(m, p.L)}
-    end
-    local total, written = min(n + m, p.L), divmod(st.updated, p.P)
-    if total == 0 then return fresh_at(p, t) end
-    if written == w then return {updated = t, w = w, cur = total, prev = 0} end
-    if written + 1 == w then return {updated = t, w = w, cur = 0, prev = total} end
-    return fresh_at(p, t)
-  elseif q.alg == 5 and p.alg == 5 then
-    -- The log as it is, unless every entry expired under q (the key's reset_after elapsed:
-    -- it is fresh, though not dropped yet); a longer period must not revive it.
-    local newest, _, err = log_newest(p, st)
-    if err then return err end
-    if not newest and st.total > 0 then return bad(p.logkey, 'no log') end
-    if not newest or t - newest >= q.P then return fresh_at(p, t) end
-    return st
-  end
-  return fresh_at(p, t)
-end
-
--- The stored state of p at p.key, in p's terms, or an error ({err = ...}) when the key holds
--- anything the scripts do not write: another type, other fields, a number that is not one
--- (see nat), a state no sequence of requests leaves. Sets p.carried when the state was
--- written under other parameters (and carried over).
-local function load(p, now)
-  local key = p.key
-  local raw = redis.pcall('GET', key)
-  local a = p.a
-  if not raw then return a.fresh() end
-  if type(raw) ~= 'string' then return bad(key, raw.err) end
-  -- The common case: written under p's own parameters (as p.params spells them), then
-  -- exactly a.fields numbers, each digits only (so s + 0 reads it in decimal, as nat), read
-  -- with one anchored match.
-  local pre, n1, n2, n3, n4 = match(raw, STATE_FIELDS[a.fields])
-  if pre == p.params then
-    n1, n2 = n1 + 0, n2 + 0
-    if n3 then n3 = n3 + 0 end
-    if n4 then n4 = n4 + 0 end
-    if n1 <= MAX_EXACT and n2 <= MAX_EXACT and (not n3 or n3 <= MAX_EXACT)
-       and (not n4 or n4 <= MAX_EXACT) then
-      return a.parse(p, n1, n2, n3, n4) or bad(key)
-    end
-    return bad(key)
-  end
-  -- Anything else: parameters written otherwise (carried over), or not a state at all.
-  local parts = fields(raw, '|')
-  local q = parse_params(parts[1])
-  if not q or #parts ~= algorithm(q.alg).fields + 1 then return bad(key) end
-  local nums = {}
-  for i = 2, #parts do
-    nums[i - 1] = nat(parts[i])
-    if not nums[i - 1] then return bad(key) end
-  end
-  local st = algorithm(q.alg).parse(q, nums[1], nums[2], nums[3], nums[4])
-  if not st then return bad(key) end
-  if q.alg == p.alg and q.L == p.L and q.P == p.P and q.B == p.B then return st end
-  local t = now
-  if st.updated > t then t = st.updated end
-  p.carried = true
-  return carry(q, p, st, t)
-end
-
-local function save(p, st, ttl)
-  store(p.key, p.a.encode(p.params, st), ttl)
-  if p.alg == 5 then redis.call('PEXPIRE', p.logkey, format('%d', ttl)) end
-end
-
--- The TTL of a key whose reset_after rounds up to reset ms: at least min_ttl and 1 ms.
-local function ttl_of(min_ttl, reset)
-  if reset < min_ttl then reset = min_ttl end
-  if reset < 1 then return 1 end
-  return reset
+  mark_configured(key)
 end
 
 -- refund: read every state (a sliding log's entries too) before anything changes, bump the
 -- version, then as turnstile-core's refund: a carried-over state is stored (the old
 -- parameters' state is gone), then cost units go back, if there are any to give (refund
 -- returns nil when there is nothing: another window, an empty log). A state with nothing
--- left in use is dropped. Returns an error, or nil.
-local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost)
+-- left in use is dropped (a sliding log's list with it). Sets each policy's line and TTL
+-- for write_states. Returns an error, or nil.
+local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept)
   local scratch = {}
   for i = 1, #policies do
     local p = policies[i]
-    local ok, err = p.a.decide(p, p.st, p.now, 0, scratch, 0)
-    if ok == nil then return err end
+    local ok, reset = p.a.decide(p, p.st, p.now, 0, scratch, 0)
+    if ok == nil then return reset end
+    -- Unchanged unless refunded below: kept as it is while in use.
+    p.line, p.ttl = nil, ttl_of(min_ttl, reset)
+    if states[p.name] and reset > 0 then p.line = '\n' .. states[p.name] .. '\t' .. p.name end
   end
-  bump(cfgkey, cfg, out)
+  bump(cfgkey, cfg, out, key)
   for i = 1, #policies do
     local p = policies[i]
     local a = p.a
@@ -315,16 +225,29 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost)
       local ok, reset = a.decide(p, st, p.now, 0, scratch, 0)
       if ok == nil then return reset end
       if reset > 0 then
-        save(p, st, ttl_of(min_ttl, reset))
-        p.st = st
+        p.line, p.ttl, p.st = '\n' .. a.encode(p.params, st) .. '\t' .. p.name,
+          ttl_of(min_ttl, reset), st
       else
-        -- nothing left in use: the key is fresh
-        redis.call('DEL', p.key, logkey_of(p))
-        p.st = a.fresh()
+        -- nothing left in use: the state is fresh
+        p.line, p.st = nil, a.fresh()
+        if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
       end
     end
   end
+  write_states(key, 'c', policies, kept)
   return nil
+end
+
+-- The key base "<prefix>:{<tag>}" of the state string's key (KEYS[1]: the base, ':' and the
+-- format) is the one capture of BASE_OF.
+local BASE_OF = '^(.+)' .. FORMAT_SUFFIX .. '$'
+
+-- The configuration of a key whose state string says it has none.
+local NO_CONFIG = {}
+
+-- The configuration hash's key of the state string at key (fast_check's, for a fresh key).
+local function cfgkey_of(key)
+  return string.sub(key, 1, -#FORMAT_SUFFIX - 1) .. '~cfg'
 end
 
 local function check(KEYS, ARGV)
@@ -344,41 +267,56 @@ local function check(KEYS, ARGV)
   -- A cost of 1, the most common, without a pattern match.
   local cost = ARGV[2]
   if cost == '1' then cost = 1 else cost = int_arg(cost) end
-  local flags, base = ARGV[3], ARGV[4]
+  local flags = ARGV[3]
   flags = FLAGS[flags or false] or (flags and flags_of(flags))
-  if not now or not cost or not flags or not base then
+  local key = KEYS[1]
+  if not now or not cost or not flags or not key then
     return redis.error_reply('TURNSTILE_ARGS malformed arguments')
   end
-  local op, mode, min_ttl = flags[1], flags[2], flags[3]
-  local cfgkey = KEYS[1]
 
   -- The common case first (fast.lua): a check under the defaults' set (parsed before: its
-  -- memo) of a key without configuration (EXISTS answers a number, where HMGET's answer is
-  -- a table); anything else, or fast_check's nil, takes the general path below.
+  -- memo) of a key whose state string was written without configuration, or a fresh key
+  -- without one; anything else, or fast_check's nil, takes the general path below.
   if flags.fast then
-    local set = SETS[ARGV[5]]
-    if set and set.fast and set.tier == '' and redis.call('EXISTS', cfgkey) == 0 then
-      local out = fast_check(set, base, now, cost, min_ttl, 0)
+    -- (With EVALSHA the memo is empty at every call: the set is parsed here.)
+    local set = SETS[ARGV[4]] or (ARGV[4] and set_of(ARGV[4]))
+    if set and set.defaults then
+      local out = fast_check(set, key, now, cost, flags[3], cfgkey_of)
       if out then return out end
     end
   end
+  local op, mode, min_ttl = flags[1], flags[2], flags[3]
 
+  local base = match(key, BASE_OF)
+  if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
+  local cfgkey = base .. '~cfg'
+  -- A check reads the state string first: one written without configuration (header '0')
+  -- says there is none, as it does for the fast path (every change of the configuration
+  -- marks it). A refund or a reset always reads the configuration (it changes it).
+  local states, serr, cfg
+  if op == 'check' then
+    states, serr = read_states(key)
+    if states and states.head == '0' then cfg = NO_CONFIG end
+  end
   -- The key's configuration. One that cannot be read decides nothing, not even a reset
   -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
   -- it.
-  local cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
   local problem
-  if cfg.err then
-    problem = 'not a hash (' .. cfg.err .. ')'
-  elseif cfg[1] or cfg[2] or cfg[3] then
-    problem = config_problem(cfg)
+  if not cfg then
+    cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
+    if cfg.err then
+      problem = 'not a hash (' .. cfg.err .. ')'
+    elseif cfg[1] or cfg[2] or cfg[3] then
+      problem = config_problem(cfg)
+    end
   end
   if problem then
     return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. cfgkey
       .. ': ' .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
   end
-  local version = 0
+  local version, head = 0, '0'
   if cfg[3] then version = cfg[3] + 0 end
+  if cfg[1] or cfg[2] or cfg[3] then head = 'c' end
 
   -- Which policies apply: the override, else the tier, else the unconfigured behaviour.
   local policies, applied, tier = nil, 0, nil
@@ -402,18 +340,13 @@ local function check(KEYS, ARGV)
         if not set then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
       end
     end
-    if set and applied == 0 and op == 'check' and set.fast then
-      -- The common case (fast.lua); nil: the general path below.
-      local out = fast_check(set, base, now, cost, min_ttl, version)
-      if out then return out end
-    end
     if set then policies = with_keys(set, base) end
   end
 
   local out, o = {now, version, applied}, 3
   if tier then out[4], o = tier, 4 end
   if not policies then
-    if op ~= 'check' then bump(cfgkey, cfg, out) end
+    if op ~= 'check' then bump(cfgkey, cfg, out, key) end
     return out
   end
   -- Where each policy's values go in the reply.
@@ -428,19 +361,36 @@ local function check(KEYS, ARGV)
     o = o + p.a.width
   end
 
+  local kept
   if op == 'reset' then
-    -- Forget whatever the keys hold, garbage included: nothing is read.
+    -- Forget the applying policies' states (their lines, and a sliding log's list), and
+    -- nothing else: the other policies' states are kept as a check keeps them. A string
+    -- that cannot be read (garbage, another type, a line that is not a state) is deleted
+    -- as a whole: a reset repairs it.
     for i = 1, count do
       local p = policies[i]
-      redis.call('DEL', p.key, logkey_of(p))
-      p.st, p.now = p.a.fresh(), now
+      if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
+      p.st, p.now, p.line = p.a.fresh(), now, nil
     end
-    bump(cfgkey, cfg, out)
+    bump(cfgkey, cfg, out, key)
+    local states = read_states(key)
+    local kept = states and others_of(key, base, states, policies, now, min_ttl)
+    if kept then write_states(key, 'c', policies, kept) else redis.call('DEL', key) end
   else
+    local err = serr
+    if op ~= 'check' then states, err = read_states(key) end
+    if not states then return redis.error_reply(err.err) end
+    -- The other policies' states are read (strictly) too: they are kept.
+    kept, err = others_of(key, base, states, policies, now, min_ttl)
+    if not kept then return redis.error_reply(err.err) end
     for i = 1, count do
       local p = policies[i]
-      local st = load(p, now)
-      if st.err then return redis.error_reply(st.err) end
+      local st = p.a.fresh()
+      local text = states[p.name]
+      if text then
+        st = decode(key, p, text, now)
+        if st.err then return redis.error_reply(st.err) end
+      end
       -- A clock earlier than the key's last update: use the last update's time.
       p.st, p.now = st, now
       if st.updated > now then p.now = st.updated end
@@ -448,7 +398,7 @@ local function check(KEYS, ARGV)
   end
 
   if op == 'refund' then
-    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost)
+    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept)
     if err then return redis.error_reply(err.err) end
   end
 
@@ -464,15 +414,23 @@ local function check(KEYS, ARGV)
   end
 
   if c > 0 then
-    for i = 1, count do
-      local p = policies[i]
-      if all then
-        save(p, p.a.admitted(p, p.st, p.now, c), ttl_of(min_ttl, p.ttl))
-      elseif p.ok then
-        -- Denied overall: report this policy as if nothing were consumed.
-        local ok, err = p.a.decide(p, p.st, p.now, 0, out, p.o)
-        if ok == nil then return redis.error_reply(err.err) end
-        if p.alg == 3 then out[p.o + 4] = 0 end
+    if all then
+      for i = 1, count do
+        local p = policies[i]
+        local st = p.a.admitted(p, p.st, p.now, c)
+        p.line = '\n' .. p.a.encode(p.params, st) .. '\t' .. p.name
+        p.ttl = ttl_of(min_ttl, p.ttl)
+      end
+      write_states(key, head, policies, kept)
+    else
+      for i = 1, count do
+        local p = policies[i]
+        if p.ok then
+          -- Denied overall: report this policy as if nothing were consumed.
+          local ok, err = p.a.decide(p, p.st, p.now, 0, out, p.o)
+          if ok == nil then return redis.error_reply(err.err) end
+          if p.alg == 3 then out[p.o + 4] = 0 end
+        end
       end
     end
   end

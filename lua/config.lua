@@ -10,7 +10,8 @@
 -- ARGV[2] with 'set': the field, 'o' or 't'
 -- ARGV[3] with 'set': its new value, or '' to remove it
 --
--- A change bumps the version. A configured key (with o or t) never expires; one holding
+-- A change bumps the version and marks the key's state string (KEYS[1] without '~cfg', then
+-- ':' and the state format) as written with a configuration, so the next check reads it. A configured key (with o or t) never expires; one holding
 -- only a version expires after a day.
 --
 -- 'get' and 'set' refuse a configuration that cannot be read (TURNSTILE_INVALID_STATE: a key
@@ -19,6 +20,13 @@
 -- version goes on from the stored one when that can be read, else from 0.
 --
 -- Returns {override or '', tier or '', version}.
+
+-- The state string of the configuration at key (<base>~cfg: <base>:<format>) marked as
+-- written with a configuration (mark_configured in prelude.lua), after every change.
+local function mark_state(key)
+  local base = match(key, '^(.*)~cfg$')
+  if base then mark_configured(base .. FORMAT_SUFFIX) end
+end
 
 -- The body is not indented, so that it reads (and diffs) as the script it was.
 local function config(KEYS, ARGV)
@@ -35,6 +43,7 @@ if op == 'clear' then
   redis.call('DEL', key)
   redis.call('HSET', key, 'v', int(version))
   redis.call('PEXPIRE', key, 86400000)
+  mark_state(key)
   return {'', '', version}
 end
 
@@ -67,6 +76,7 @@ if op == 'set' then
   else
     redis.call('PEXPIRE', key, 86400000)
   end
+  mark_state(key)
 end
 return {cfg[1] or '', cfg[2] or '', version}
 end

@@ -1,45 +1,51 @@
 -- turnstile: the fast path of check (check.lua) for the common case: a check (not a refund or
--- a reset) of a key with no configuration (no override, no tier; a version alone is fine)
--- under the defaults' policy set, none of them a sliding log, every stored state written
--- under its policy's own parameters. It decides from locals: per policy one GET, one anchored
--- match that compares the state's parameter prefix with the policy's own text and reads its
--- numbers (digits only, so s + 0 reads them in decimal, as nat), the algorithm's arithmetic
--- written straight into the reply, and, when every policy admits a cost above 0, one SET .. PX
--- each. It creates no table but the reply.
+-- a reset) under the defaults' policy set, none of them a sliding log, of a key whose state
+-- string (KEYS[1], see states.lua) was written with no configuration (header '0') and holds
+-- exactly the set's policies, in the set's order, each under its own parameters — or of a
+-- key with no state string and no configuration hash (one EXISTS: a fresh key). It decides
+-- from locals: one GET, one anchored match of the whole string against the set's pattern
+-- (the header, then per policy its parameter text, exactly its algorithm's count of numbers
+-- — digits only, so s + 0 reads them in decimal, as nat — and its name), the algorithms'
+-- arithmetic written straight into the reply, and, when every policy admits a cost above 0,
+-- one SET .. PX of the whole string with the largest of the policies' TTLs. It creates no
+-- table but the reply (and, for several policies, the match's captures).
 --
--- Anything else — a state under other parameters (carried over), a state that is not one,
--- another type at the key — makes fast_check return nil before anything is written, and
--- check takes its general path, which reads the states again and decides (or reports the
--- invalid state) exactly as before. Every decision here is the general path's, step for step
--- (bucket.lua's debt_now and debt_decide, gcra.lua, fixed_window.lua, sliding_window.lua).
+-- Anything else — a header 'c' (the key has or had a configuration), a state under other
+-- parameters (carried over), other policies, a string that is not a state, another type at
+-- the key — makes fast_check return nil before anything is written, and check takes its
+-- general path, which reads the state again and decides (or reports the invalid state)
+-- exactly as before. Every decision here is the general path's, step for step (bucket.lua's
+-- debt_now and debt_decide, gcra.lua, fixed_window.lua, sliding_window.lua).
 
 -- A set's policy made ready for the fast path (from spec_of): the anchored pattern of its
 -- stored state (its parameter text, then exactly its algorithm's count of numbers), its
 -- reply's width, and the bounds its states are checked against. A sliding log is not.
 local function fast_spec(p)
   if p.alg == 5 then return end
-  local pat = '^' .. string.gsub(p.params, '%.', '%%.')
+  -- The policy's line in the state string (states.lua): "\n<params>|<numbers>\t<name>", as a
+  -- pattern (every character of the name that is not a letter or digit escaped) and as a
+  -- format (a '%' of the name doubled); fmt0 with the header '0' before it (a set of one).
+  local pat, nums = '\n' .. string.gsub(p.params, '%.', '%%.'), '%d'
   for _ = 1, p.a.fields do pat = pat .. '|(%d+)' end
-  p.pat = pat .. '$'
+  for _ = 2, p.a.fields do nums = nums .. '|%d' end
+  p.pat = pat .. '\t' .. string.gsub(p.name, '%W', '%%%0')
+  p.fmt = '\n' .. p.params .. '|' .. nums .. '\t' .. string.gsub(p.name, '%%', '%%%%')
+  p.fmt0 = '0' .. p.fmt
   p.BP = p.B * p.P
   -- GCRA: the most a state may be ahead (ahead * L + frac <= B * P).
   p.most, p.most_frac = divmod(p.BP, p.L)
   p.leaky = p.alg == 3
 end
 
--- Decides policy p on raw (the state's GET reply: false when absent) at now for cost c,
--- writing its values at out[o + 1 ..]. Returns whether it admits, the TTL its state gets
--- (ttl_of(min_ttl, reset_after)), and the state to store when it admits c > 0 (else nil);
--- or nil when raw is not a state written under p's parameters (the general path decides).
-local function fast_decide(p, raw, now, c, min_ttl, out, o)
+-- Decides policy p at now for cost c on its stored numbers n1 .. n4 (the match's captures,
+-- digit strings; n1 nil: no state), writing its values at out[o + 1 ..]. Returns whether it
+-- admits, the TTL its state needs (ttl_of(min_ttl, reset_after)), and its line formatted
+-- with fmt (p.fmt or p.fmt0) when it admits c > 0 (else nil); or nil when the numbers are
+-- not a state (the general path reports it).
+local function fast_decide(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
   local alg, L, P = p.alg, p.L, p.P
-  local n1, n2, n3, n4, t = 0, 0, 0, 0, now
+  local raw, t = n1, now
   if raw then
-    -- An error reply (another type at the key) is a table; a string's .err is nil (its
-    -- metatable's index is the string library), without a call of type().
-    if raw.err then return nil end
-    n1, n2, n3, n4 = match(raw, p.pat)
-    if not n1 then return nil end
     n1, n2 = n1 + 0, n2 + 0
     if n1 > MAX_EXACT or n2 > MAX_EXACT then return nil end
     if n1 > now then t = n1 end
@@ -89,9 +95,9 @@ local function fast_decide(p, raw, now, c, min_ttl, out, o)
     if ok and c > 0 then
       if alg == 2 then
         r = after % L
-        value = format('%s|%d|%d|%d', p.params, t, (after - r) / L, r)
+        value = format(fmt, t, (after - r) / L, r)
       else
-        value = format('%s|%d|%d', p.params, t, after)
+        value = format(fmt, t, after)
       end
     end
   elseif alg == 4 then
@@ -118,7 +124,7 @@ local function fast_decide(p, raw, now, c, min_ttl, out, o)
     if k > 0 then reset = P - e end
     out[o + 1], out[o + 2], out[o + 3] = retry, L - k, reset
     ok = retry == 0
-    if ok and c > 0 then value = format('%s|%d|%d|%d', p.params, t, w, k) end
+    if ok and c > 0 then value = format(fmt, t, w, k) end
   else
     -- sliding_window.lua: updated, w, cur, prev; w the window of updated, both counts <= L.
     local e = t % P
@@ -153,59 +159,85 @@ local function fast_decide(p, raw, now, c, min_ttl, out, o)
     out[o + 1], out[o + 2], out[o + 3] = rw, rn, rd
     out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
     ok = rw == 0 and rn == 0
-    if ok and c > 0 then value = format('%s|%d|%d|%d|%d', p.params, t, w, k, m) end
+    if ok and c > 0 then value = format(fmt, t, w, k, m) end
   end
   if reset < min_ttl then reset = min_ttl end
   if reset < 1 then reset = 1 end
   return ok, reset, value
 end
 
--- The reply of a check of set's policies (set.fast: no sliding log) at now for cost, with
--- the key's version, or nil for the general path (nothing written then). width is the
--- reply's length; the reply table is made at (about) its size at once.
-local function fast_check(set, base, now, cost, min_ttl, version)
+-- The reply of a check of set's policies (set.fast: no sliding log, at most 32 numbers) on
+-- the state string at key (KEYS[1]) at now for cost, or nil for the general path (nothing
+-- written then). cfgkey(key) is the configuration hash's key, read only for a fresh key.
+-- width is the reply's length; the reply table is made at (about) its size at once.
+local function fast_check(set, key, now, cost, min_ttl, cfgkey)
+  local raw = redis.pcall('GET', key)
+  if raw then
+    -- An error reply (another type at the key) is a table; a string's .err is nil (its
+    -- metatable's index is the string library), without a call of type().
+    if raw.err then return nil end
+  elseif redis.call('EXISTS', cfgkey(key)) ~= 0 then
+    return nil
+  end
   local width, out = set.width, nil
   -- Redis reads a reply up to its first nil: the slots past width are cut off by one.
   if width == 6 then
-    out = {now, version, 0, 0, 0, 0}
+    out = {now, 0, 0, 0, 0, 0}
   elseif width <= 8 then
-    out = {now, version, 0, 0, 0, 0, 0, 0}
+    out = {now, 0, 0, 0, 0, 0, 0, 0}
     if width < 8 then out[width + 1] = nil end
   else
-    out = {now, version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    out = {now, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     if width < 20 then out[width + 1] = nil end
   end
   local count = #set
   if count == 1 then
     local p = set[1]
-    local key = base .. p.suffix
-    local ok, ttl, value = fast_decide(p, redis.pcall('GET', key), now, cost, min_ttl, out, 3)
+    local n1, n2, n3, n4
+    if raw then
+      n1, n2, n3, n4 = match(raw, set.pat)
+      if not n1 then return nil end
+    end
+    local ok, ttl, value = fast_decide(p, n1, n2, n3, n4, now, cost, min_ttl, out, 3, p.fmt0)
     if ok == nil then return nil end
     if value then redis.call('SET', key, value, 'PX', format('%d', ttl)) end
     return out
   end
-  -- Every policy decided first (its key, TTL, state to store and state read kept on its
-  -- cached table: fields, no new table); then stored only if all admit.
-  local all, o = true, 3
+  -- Every policy decided first (its TTL, line and captures' offset kept on its cached
+  -- table: fields, no new table); then the string stored only if all admit.
+  local caps
+  if raw then
+    caps = {match(raw, set.pat)}
+    if not caps[1] then return nil end
+  else
+    caps = set.none
+  end
+  local all, o, k, most = true, 3, 1, 0
   for i = 1, count do
     local p = set[i]
-    local key = base .. p.suffix
-    local raw = redis.pcall('GET', key)
-    local ok, ttl, value = fast_decide(p, raw, now, cost, min_ttl, out, o)
+    local ok, ttl, value = fast_decide(p, caps[k], caps[k + 1], caps[k + 2], caps[k + 3], now,
+      cost, min_ttl, out, o, p.fmt)
     if ok == nil then return nil end
     if not ok then all = false end
-    p.key, p.raw, p.ok, p.ttl, p.value, p.fo = key, raw, ok, ttl, value, o
-    o = o + p.a.width
+    if ttl > most then most = ttl end
+    p.ok, p.value, p.fo, p.fk = ok, value, o, k
+    o, k = o + p.a.width, k + p.a.fields
   end
   if cost > 0 then
-    for i = 1, count do
-      local p = set[i]
-      if all then
-        redis.call('SET', p.key, p.value, 'PX', format('%d', p.ttl))
-      elseif p.ok then
-        -- Denied overall: this policy as if nothing were consumed.
-        fast_decide(p, p.raw, now, 0, min_ttl, out, p.fo)
-        if p.leaky then out[p.fo + 4] = 0 end
+    if all then
+      local value = '0'
+      for i = 1, count do value = value .. set[i].value end
+      redis.call('SET', key, value, 'PX', format('%d', most))
+    else
+      for i = 1, count do
+        local p = set[i]
+        if p.ok then
+          -- Denied overall: this policy as if nothing were consumed.
+          local k = p.fk
+          fast_decide(p, caps[k], caps[k + 1], caps[k + 2], caps[k + 3], now, 0, min_ttl, out,
+            p.fo, p.fmt)
+          if p.leaky then out[p.fo + 4] = 0 end
+        end
       end
     end
   end

@@ -88,10 +88,24 @@ end
 
 -- The version of the stored states' format, part of every state and log key whatever the
 -- prefix (keys::STATE_FORMAT on the Rust side): a release that stores states differently
--- uses other keys, so no release ever reads another's format. 'f2': GCRA's state holds its
--- TAT relative to the last update (format 1, before it, held it absolute at the same keys
--- without a version). Configurations (~cfg) keep their key: their format is unchanged.
-local STATE_FORMAT = 'f2'
+-- uses other keys, so no release ever reads another's format. 'f3': all of a client key's
+-- policy states in one string at <prefix>:{<tag>}:f3, after a header saying whether the key
+-- had a configuration when it was written (states.lua). Before it, 'f2' kept one key per
+-- policy (<prefix>:{<tag>}:f2:<name>), and format 1 (unversioned keys) GCRA's TAT absolute.
+-- Configurations (~cfg) keep their key: their format is unchanged.
+local STATE_FORMAT = 'f3'
+-- The state string's key is the key base and this suffix.
+local FORMAT_SUFFIX = ':' .. STATE_FORMAT
+
+-- Marks the state string at key (if it is one written without configuration, header '0')
+-- as written with one (header 'c'), keeping its TTL: whatever creates or changes a key's
+-- configuration hash calls it in the same atomic call, so the fast path never decides from
+-- a string whose header no longer tells the truth. Anything else at key is left as it is
+-- (nothing, another type, garbage: none of them is ever decided from without reading the
+-- configuration).
+local function mark_configured(key)
+  if redis.pcall('GETRANGE', key, 0, 0) == '0' then redis.call('SETRANGE', key, 0, 'c') end
+end
 
 -- A state's numbers after its parameters, by their count: digits only, '|' between them.
 -- The first capture is the parameters' text (anything up to the first '|'), compared with the
@@ -192,12 +206,6 @@ local function config_problem(cfg)
   if cfg[1] and not parse_override(cfg[1]) then return 'its override is not a valid policy list' end
   if cfg[2] and not valid_tier(cfg[2]) then return 'its tier is not a valid tier name' end
   return nil
-end
-
--- ttl: whole ms >= 1, passed as text ('%d': a number argument would be written with '%.17g',
--- exact too, but several times the work).
-local function store(key, value, ttl)
-  redis.call('SET', key, value, 'PX', format('%d', ttl))
 end
 
 -- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call

@@ -48,6 +48,15 @@ MAKE[5] = function() return {
     local expired_n, expired_cost = 0, 0
     local live_from = nil -- list entries from this index on are live
     if not st.fresh then
+      -- The oldest entry first: when it is live (the common case) nothing has expired, and no
+      -- range is read; the walk below would have stopped at it too.
+      local first, err = read(p.logkey, 'LINDEX', p.logkey, 0)
+      if err then return nil, err end
+      if first then
+        local t, _, e = log_entry(p, st, first)
+        if e then return nil, e end
+        if now - t < P then live_from = 0 end
+      end
       local i = 0
       while not live_from do
         local chunk, err = log_range(p, i)
@@ -66,12 +75,15 @@ MAKE[5] = function() return {
     end
     if expired_cost > st.total then return nil, bad(p.key, 'total below the log') end
     local used = st.total - expired_cost
-    local newest = nil
+    local newest, newest_cost = nil, nil
     if live_from then
-      local t, _, err = log_newest(p, st)
+      local t, cost, err = log_newest(p, st)
       if err then return nil, err end
-      newest = t
+      newest, newest_cost = t, cost
     end
+    -- The newest entry, for admitted (which follows this decide, the log unchanged but for
+    -- its expired prefix: the newest stays, or there is none).
+    p.newest, p.newest_cost = newest, newest_cost
     -- an entry logged at t expires P - (now - t) ms from now
     local reset = 0
     if newest then reset = P - (now - newest) end
@@ -109,8 +121,8 @@ MAKE[5] = function() return {
     out[o + 1], out[o + 2], out[o + 3] = retry, rem, reset
     return retry == 0, reset
   end,
-  -- Writes the log itself; returns the state to store at KEY. decide has read the log (its
-  -- newest live entry included) without error.
+  -- Writes the log itself; returns the state to store at KEY. decide has just read the log
+  -- (its newest live entry included: p.newest) without error.
   admitted = function(p, st, now, c)
     if st.fresh then
       -- no state (or another algorithm's): drop whatever log is left
@@ -118,7 +130,7 @@ MAKE[5] = function() return {
     elseif p.prune > 0 then
       redis.call('LTRIM', p.logkey, p.prune, -1)
     end
-    local t, cost = log_newest(p, st)
+    local t, cost = p.newest, p.newest_cost
     if t == now then
       redis.call('LSET', p.logkey, -1, int(now) .. ':' .. int(cost + c))
     else

@@ -2,7 +2,8 @@
 -- machine (Redis CPU time per call is not steady there): the Lua VM instructions and the
 -- function calls the script itself makes per call, counted with debug.sethook in stock Lua
 -- 5.1 (Redis's Lua version), with an in-memory mock of redis.call/pcall (TIME, GET, MGET, SET,
--- PEXPIRE, EXISTS, HMGET of an absent hash) whose own work is left out. It does not count what the
+-- PEXPIRE, EXISTS, HMGET of an absent hash, DEL, and the lists' LRANGE, LINDEX, RPUSH, LSET and
+-- LTRIM) whose own work is left out. It does not count what the
 -- Redis commands or the reply's conversion cost: it complements INFO commandstats, never
 -- replaces it. "__rand_int__" in KEY and ARGS is replaced by one of 100 keys, in turn.
 --
@@ -12,8 +13,8 @@
 --
 -- usage: lua5.1 scripts/lua-count.lua SCRIPT CALLS KEY ARGS...   ('' for an empty argument)
 -- e.g.   redis_bench library > /tmp/library.lua     (or: redis_bench script > /tmp/check.lua)
---        lua5.1 scripts/lua-count.lua /tmp/library.lua 2000 'turnstile:v1:{k__rand_int__}~cfg' \
---          "''" 1 'check defaults 0' 'turnstile:v1:{k__rand_int__}' $'\n1.1.1000.1000000000 p'
+--        lua5.1 scripts/lua-count.lua /tmp/library.lua 2000 'turnstile:v1:{k__rand_int__}:f3' \
+--          "''" 1 'check defaults 0' $'\n1.1.1000.1000000000 p'
 local path, calls = arg[1], tonumber(arg[2])
 local src = io.open(path):read('*a')
 local db, clock = {}, 1796058000000000
@@ -27,6 +28,15 @@ local function cmd(name, ...)
   if name == 'EXISTS' then local n = 0; for i = 1, #a do if db[a[i]] then n = n + 1 end end; return n end
   if name == 'MGET' then local r = {}; for i = 1, #a do r[i] = db[a[i]] or false end; return r end
   if name == 'HMGET' then local r = {}; for i = 2, #a do r[i - 1] = false end; return r end
+  -- Lists (a sliding log's): indices from 0, -1 the last.
+  local function list(k) local l = db[k]; if type(l) ~= 'table' then l = {}; db[k] = l end; return l end
+  local function at(l, i) i = tonumber(i); if i < 0 then i = #l + i end; return i + 1 end
+  if name == 'LRANGE' then local l, r = list(a[1]), {}; for i = at(l, a[2]), math.min(at(l, a[3]), #l) do r[#r + 1] = l[i] end; return r end
+  if name == 'LINDEX' then local l = list(a[1]); return l[at(l, a[2])] or false end
+  if name == 'RPUSH' then local l = list(a[1]); l[#l + 1] = a[2]; return #l end
+  if name == 'LSET' then local l = list(a[1]); l[at(l, a[2])] = a[3]; return {ok = 'OK'} end
+  if name == 'LTRIM' then local l, r = list(a[1]), {}; for i = at(l, a[2]), #l do r[#r + 1] = l[i] end; db[a[1]] = r; return {ok = 'OK'} end
+  if name == 'DEL' then for i = 1, #a do db[a[i]] = nil end; return 1 end
   error('unmocked ' .. name)
 end
 redis.call = cmd

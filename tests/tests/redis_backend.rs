@@ -908,21 +908,29 @@ async fn acl_user_and_password_come_from_the_url() {
 /// last update) at the same keys, without a version: a state an older release wrote was
 /// read as the new format (a misread TAT, or an invalid-state error). The format version is
 /// now part of every state key, whatever the prefix: a format-1 state at the unversioned key
-/// is never read, the new release starts that client fresh, and the old key is left to the
-/// older release (and to its TTL).
+/// and a format-2 state (`f2`: one key per policy) are never read by format 3 (one string per
+/// client), the new release starts that client fresh, and the old keys are left to the
+/// older releases (and to their TTLs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
+async fn states_of_formats_1_and_2_are_never_read_as_format_3() {
     let server = RedisServer::start();
     let b = backend(&server.url(), "format1");
-    let pol = [p("gcra:limit=10,period=1s,burst=10,name=g")];
+    let pol = [p("gcra:limit=10,period=1s,name=g")];
     let key = b.state_key("c", &pol[0]);
-    assert!(key.ends_with("}:f2:g"), "{key}");
-    let old = format!("{}}}:g", key.rsplit_once("}:").unwrap().0);
+    assert!(key.ends_with("}:f3"), "{key}");
+    let base = key.rsplit_once("}:").unwrap().0;
+    let old = format!("{base}}}:g");
+    let f2 = format!("{base}}}:f2:g");
     // Format 1: "alg.L.P.B|updated_ms|tat_ms|tat_frac", the TAT absolute (far ahead here:
     // read as format 2, "ahead" would be 2 * 10^12 ms, an invalid state).
     let now_ms = 1_000_000_000_000u64;
     let v1 = format!("2.10.1000.10|{now_ms}|{}|0", 2 * now_ms);
     let set = format!("SET {old} {v1}");
+    assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
+    // Format 2, at its key: the bucket exhausted for the next ten seconds (10 units ahead).
+    let later = 4_000_000_000_000u64;
+    let v2 = format!("2.10.1000.10|{later}|10000|0");
+    let set = format!("SET {f2} {v2}");
     assert!(command(server.port(), &set).unwrap().starts_with("+OK"));
     // Ten requests: the new release's state is fresh, so all ten are admitted, counting down.
     for i in 0..10u64 {
@@ -931,12 +939,14 @@ async fn a_gcra_state_of_format_1_is_never_read_as_format_2() {
         assert_eq!(d.remaining(), 9 - i, "request {i}");
     }
     assert!(!b.check("c", &pol, 1).await.unwrap().allowed());
-    // The older release's state is untouched.
+    // The older releases' states are untouched.
     let get = format!("GET {old}");
     assert!(command(server.port(), &get).unwrap().contains(&v1));
+    let get = format!("GET {f2}");
+    assert!(command(server.port(), &get).unwrap().contains(&v2));
 }
 
-/// Issue 15: the check script's five arguments (see `lua/check.lua`'s header) are read
+/// Issue 15: the check script's key and arguments (see `lua/check.lua`'s header) are read
 /// strictly, through `FCALL` and `EVALSHA` alike: a malformed policy set or flags argument is
 /// a TURNSTILE_ARGS error reply that changes nothing, never a guess, and a well-formed one
 /// decides (here: admitted, retry 0).
@@ -971,9 +981,8 @@ async fn malformed_check_arguments_are_refused_by_the_script() {
             } else {
                 c.arg(turnstile_redis::CHECK_SCRIPT);
             }
-            let cfg = format!("args:{{c{i}}}~cfg");
-            c.arg(1).arg(&cfg).arg("").arg(1).arg(flags);
-            c.arg(format!("args:{{c{i}}}")).arg(set);
+            let states = format!("args:{{c{i}}}:f3");
+            c.arg(1).arg(&states).arg("").arg(1).arg(flags).arg(set);
             let what = format!("{command} {flags:?} {set:?}");
             match raw(&url, &c).await {
                 Ok(redis::Value::Array(v)) if ok => {
@@ -1089,6 +1098,9 @@ async fn garbage_in_a_key_is_a_typed_error_never_a_panic() {
     assert_eq!(d.remaining(), 3);
 }
 
+/// Every written key expires, and never before any state it holds is past its reset_after:
+/// the client's state string (format f3: every policy's state in one string) gets the largest
+/// TTL any of its policies needs, and a sliding log's list the string's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_written_key_expires_with_its_reset_after() {
     let server = RedisServer::start();
@@ -1097,16 +1109,33 @@ async fn every_written_key_expires_with_its_reset_after() {
         p("token-bucket:limit=10,period=10s,name=tb"),
         p("sliding-log:limit=5,period=30s,name=log"),
     ];
-    b.check("k", &pol, 3).await.unwrap();
     let ttl = |key: &str| -> i64 {
         let r = command(server.port(), &format!("PTTL {key}")).unwrap();
         r.trim().trim_start_matches(':').parse().unwrap()
     };
-    // Token bucket: 3 tokens owed at 1 per second → 3000 ms. Sliding log: 30 s.
-    let tb = ttl(&b.state_key("k", &pol[0]));
+    let states = b.state_key("k", &pol[0]);
+    assert_eq!(states, b.state_key("k", &pol[1]));
+    let log = format!("{}:log", states.replacen("}:", "}~log:", 1));
+    // Token bucket alone: 3 tokens owed at 1 per second → 3000 ms.
+    b.check("k", &pol[..1], 3).await.unwrap();
+    let tb = ttl(&states);
     assert!((2_900..=3_000).contains(&tb), "{tb}");
-    let log = ttl(&b.state_key("k", &pol[1]));
-    assert!((29_900..=30_000).contains(&log), "{log}");
+    // Both: the token bucket's 3000 ms (now 6 tokens owed: 6000 ms) and the sliding log's
+    // 30 s; the string keeps the longer, the log as long.
+    b.check("k", &pol, 3).await.unwrap();
+    let both = ttl(&states);
+    assert!((29_900..=30_000).contains(&both), "{both}");
+    let l = ttl(&log);
+    assert!((29_900..=30_000).contains(&l), "{l}");
+    // Three policies of which the longest (60 s for one token) is neither first nor last.
+    let three = [
+        p("token-bucket:limit=10,period=10s,name=tb"),
+        p("token-bucket:limit=1,period=60s,name=slow"),
+        p("gcra:limit=10,period=1s,name=g"),
+    ];
+    b.check("m", &three, 1).await.unwrap();
+    let m = ttl(&b.state_key("m", &three[0]));
+    assert!((59_900..=60_000).contains(&m), "{m}");
 }
 
 /// Sends one command to the Redis at `url` and returns its reply.
@@ -1186,10 +1215,15 @@ async fn a_reset_repairs_a_state_key_holding_garbage_of_any_kind() {
         let pol = [p(&format!("{alg}:limit=5,period=1s,name=p"))];
         let limits = Limits::new(pol.to_vec()).unwrap();
         let state_key = |client: &str| on_redis.state_key(client, &pol[0]);
-        let log_key = |client: &str| state_key(client).replacen("}:", "}~log:", 1);
+        let log_key = |client: &str| format!("{}:p", state_key(client).replacen("}:", "}~log:", 1));
+        // The client's state string (format f3): the header '0', then the line of policy p.
         let store = |client: String, state: String, log: Option<String>| {
             let url = url.clone();
             let (sk, lk) = (state_key(&client), log_key(&client));
+            let state = match state.strip_prefix('!') {
+                Some(as_is) => as_is.to_owned(),
+                None => format!("0\n{state}\tp"),
+            };
             async move {
                 set_raw(&url, &sk, state.as_bytes()).await;
                 raw(&url, redis::cmd("DEL").arg(&lk)).await.unwrap();
@@ -1275,6 +1309,29 @@ async fn a_reset_repairs_a_state_key_holding_garbage_of_any_kind() {
             ],
         };
         garbage.extend(out_of_range);
+        // The state string itself malformed ('!': stored as it is, not as p's line): no
+        // header, another header, no line, an empty line, a line without its name, a name
+        // twice, a name no policy has.
+        for text in [
+            format!("!{state}\tp"),
+            format!("!x\n{state}\tp"),
+            format!("!1\n{state}\tp"),
+            "!0".to_owned(),
+            "!0\n".to_owned(),
+            format!("!0\n{state}\tp\n"),
+            format!("!0\n\n{state}\tp"),
+            format!("!0\n{state}"),
+            format!("!0\n{state}\t"),
+            format!("!0\n{state} p"),
+            format!("!0{state}\tp"),
+            format!("!0\n{state}\tp\n{state}\tp"),
+            format!("!c\n{state}\tp\n{state}\tp"),
+            format!("!0\n{state}\tp\t"),
+            format!("!0\n{state}\tp\n{state}\tq\u{1}"),
+            format!("!0\n{state}\tp\nbanana\tq"),
+        ] {
+            garbage.push((text, log.clone()));
+        }
 
         for (i, (text, log)) in garbage.into_iter().enumerate() {
             let client = format!("g{k}-{i}");
@@ -1767,6 +1824,8 @@ async fn one_unreadable_state_among_several_policies_is_invalid_state_and_writes
             for (j, value) in bad.iter().enumerate() {
                 let client = format!("{mode:?}-c{i}-{j}");
                 let what = format!("{mode:?}: {} holds {:?}", broken.name(), value);
+                // Every policy's state is in one string (format f3): the broken policy's
+                // line holds the value, the others' lines what a check at t left.
                 let key = on_redis.state_key(&client, broken);
                 if j == 0 {
                     // another type at the key
@@ -1774,19 +1833,32 @@ async fn one_unreadable_state_among_several_policies_is_invalid_state_and_writes
                         .await
                         .unwrap();
                 } else {
-                    set_raw(&url, &key, value).await;
+                    on_redis.check_at(&client, &pol, 1, t).await.unwrap();
+                    memory.check_at(&client, &pol, 1, t).into_inner().unwrap();
+                    let got = raw(&url, redis::cmd("GET").arg(&key)).await.unwrap();
+                    let redis::Value::BulkString(text) = got else {
+                        panic!("{what}: {got:?}")
+                    };
+                    let mut lines: Vec<Vec<u8>> =
+                        text.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+                    let suffix = format!("\t{}", broken.name());
+                    let line = lines
+                        .iter_mut()
+                        .find(|l| l.ends_with(suffix.as_bytes()))
+                        .unwrap();
+                    *line = [*value, suffix.as_bytes()].concat();
+                    set_raw(&url, &key, &lines.join(&b'\n')).await;
                 }
+                let dump = || async {
+                    let mut c = redis::cmd("DUMP");
+                    c.arg(&key);
+                    raw(&url, &c).await.unwrap()
+                };
+                let before = dump().await;
                 assert_invalid_state(on_redis.check_at(&client, &pol, 1, t).await, &what);
-                for other in pol.iter().filter(|o| o.name() != broken.name()) {
-                    let k = on_redis.state_key(&client, other);
-                    let got = raw(&url, redis::cmd("EXISTS").arg(&k)).await.unwrap();
-                    assert_eq!(
-                        got,
-                        redis::Value::Int(0),
-                        "{what}: {} written",
-                        other.name()
-                    );
-                }
+                assert_invalid_state(on_redis.check_at(&client, &pol, 0, t).await, &what);
+                // Reported, never overwritten: no policy's state written.
+                assert_eq!(dump().await, before, "{what}: the key was written");
                 on_redis.reset(&client, &limits, Some(t)).await.unwrap();
                 memory.reset(&client, &limits, Some(t)).await.unwrap();
                 for cost in [1, 3, 2, 0] {

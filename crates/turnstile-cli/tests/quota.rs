@@ -158,8 +158,10 @@ fn quota_reset_repairs_a_state_key_holding_garbage() {
         let args = [&["--plain-keys"][..], args, &policy].concat();
         quota(&redis, &prefix, &args)
     };
-    // Plain keys: the service's state key for "alice" under the policy "api".
-    let state_key = format!("{prefix}:{{k:alice}}:f2:api");
+    // Plain keys: the service's state string for "alice" (format f3: a header, then a line
+    // "<state>\t<policy name>" per policy), here with the policy "api"'s state garbage, or
+    // no state string at all.
+    let state_key = format!("{prefix}:{{k:alice}}:f3");
     for garbage in [
         "banana",
         "1.5.60000.5|0x10|0",
@@ -170,30 +172,33 @@ fn quota_reset_repairs_a_state_key_holding_garbage() {
         "1.5.60000.5|1|1.0",
         "1.5.60000.5|1|300001",
     ] {
-        redis_cmd(&redis, &["SET", &state_key, garbage]);
-        for op in ["peek", "refund"] {
-            let args: &[&str] = if op == "refund" {
-                &["refund", "alice", "--cost", "1"]
-            } else {
-                &["peek", "alice"]
-            };
-            let o = run(args);
-            assert_eq!(o.status.code(), Some(1), "{garbage}: {op}");
-            let err = stderr(&o);
-            assert!(
-                err.contains("stored rate-limit state is invalid")
-                    && err.contains("turnstile quota reset"),
-                "{garbage}: {op}: {err}"
+        for value in [garbage.to_owned(), format!("0\n{garbage}\tapi")] {
+            let garbage = value.as_str();
+            redis_cmd(&redis, &["SET", &state_key, garbage]);
+            for op in ["peek", "refund"] {
+                let args: &[&str] = if op == "refund" {
+                    &["refund", "alice", "--cost", "1"]
+                } else {
+                    &["peek", "alice"]
+                };
+                let o = run(args);
+                assert_eq!(o.status.code(), Some(1), "{garbage}: {op}");
+                let err = stderr(&o);
+                assert!(
+                    err.contains("stored rate-limit state is invalid")
+                        && err.contains("turnstile quota reset"),
+                    "{garbage}: {op}: {err}"
+                );
+            }
+            let v = json(&run(&["reset", "alice"]));
+            assert_eq!(
+                (v["remaining"].as_u64(), v["reset_after_ms"].as_u64()),
+                (Some(5), Some(0)),
+                "{garbage}: {v}"
             );
+            let v = json(&run(&["peek", "alice"]));
+            assert_eq!(v["remaining"], 5, "{garbage}: a fresh key's");
         }
-        let v = json(&run(&["reset", "alice"]));
-        assert_eq!(
-            (v["remaining"].as_u64(), v["reset_after_ms"].as_u64()),
-            (Some(5), Some(0)),
-            "{garbage}: {v}"
-        );
-        let v = json(&run(&["peek", "alice"]));
-        assert_eq!(v["remaining"], 5, "{garbage}: a fresh key's");
     }
     // A key of another type is repaired the same way.
     redis_cmd(&redis, &["DEL", &state_key]);

@@ -19,7 +19,7 @@ use crate::cluster::{slot_of, ClusterConn};
 use crate::conn::NodeConn;
 use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Change, Health, HealthConfig, NodeDown};
-use crate::keys::{config_key, key_base, state_key, KeyEncoding};
+use crate::keys::{config_key, states_key, KeyEncoding};
 use crate::library::Scripts;
 use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
 
@@ -177,13 +177,12 @@ impl<C: Clock> RedisBackend<C> {
         &self.inner.node
     }
 
-    /// The Redis key holding `policy`'s state for `client_key`.
+    /// The Redis key holding `policy`'s state for `client_key`: since state format `f3`, one
+    /// string per client key holding every policy's state (see the README's "Keys"), so
+    /// the same key for every policy of `client_key`.
     pub fn state_key(&self, client_key: &str, policy: &Policy) -> String {
-        state_key(
-            &self.inner.prefix,
-            &self.inner.keys.tag(client_key),
-            policy.name(),
-        )
+        let _ = policy;
+        states_key(&self.inner.prefix, &self.inner.keys.tag(client_key))
     }
 
     /// What this backend has done since it was built: Redis calls, connections made.
@@ -238,7 +237,9 @@ impl<C: Clock> RedisBackend<C> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
         let mut inv = Call::new(Which::Check);
-        let first_key = config_key(&inner.prefix, &tag);
+        // One key: the client's state string (its configuration hash, in the same slot, is
+        // derived from it by the script when it must be read).
+        let first_key = states_key(&inner.prefix, &tag);
         let slot = slot_of(first_key.as_bytes());
         inv.key(first_key);
         let min_ttl = if now_ms.is_some() {
@@ -246,16 +247,7 @@ impl<C: Clock> RedisBackend<C> {
         } else {
             0
         };
-        check_args(
-            &mut inv,
-            &key_base(&inner.prefix, &tag),
-            sets,
-            op,
-            cost,
-            now_ms,
-            min_ttl,
-        )
-        .map_err(Failed::local)?;
+        check_args(&mut inv, sets, op, cost, now_ms, min_ttl).map_err(Failed::local)?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
         let reply: redis::Value = self.invoke(&inv, slot).await?;
         let request = |error| Failed {

@@ -1,5 +1,15 @@
-//! Redis key names: `<prefix>:{<client key>}:<format>:<policy name>` for state,
-//! `<prefix>:{<client key>}~cfg` for a client's configuration.
+//! Redis key names: `<prefix>:{<client key>}:<format>` for a client's state string (every
+//! policy's state in one string, see `lua/states.lua`), `<prefix>:{<client key>}~log:<format>:
+//! <policy name>` for a sliding log's list, `<prefix>:{<client key>}~cfg` for a client's
+//! configuration. All of a client's keys share the hash tag, so one Cluster slot.
+//!
+//! Design (issue 15, format `f3`): a check makes `TIME`, `GET <state string>` and `SET ..
+//! PX` whatever the number of policies. The string's header says whether the client had a
+//! configuration hash when it was written: `0` (none: the script may decide from the
+//! string alone) or `c` (it reads the hash). Whatever creates or changes the hash (a
+//! configuration change, a refund's or a reset's version bump) marks the string `c` in the
+//! same atomic call, and a client without a state string has its hash probed before any
+//! decision, so no decision is ever made under a configuration the script did not see.
 
 use sha2::{Digest, Sha256};
 
@@ -50,24 +60,20 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The version of the stored states' format, part of every state key whatever the prefix
 /// (`STATE_FORMAT` in `lua/prelude.lua`): a release that stores states differently uses
-/// other keys, so none ever reads another release's format as its own. `f2`: the GCRA state
-/// holds its theoretical arrival time relative to the last update (format 1 held it
-/// absolute, at keys without a version).
-pub(crate) const STATE_FORMAT: &str = "f2";
+/// other keys, so none ever reads another release's format as its own. `f3`: every policy's
+/// state of a client in one string (`f2` kept one key per policy, `<prefix>:{<tag>}:f2:
+/// <policy name>`; format 1 held GCRA's theoretical arrival time absolute, at keys without a
+/// version).
+pub(crate) const STATE_FORMAT: &str = "f3";
 
-/// The state key of one policy: `<prefix>:{<tag>}:<format>:<policy name>`.
-pub(crate) fn state_key(prefix: &str, tag: &str, policy: &str) -> String {
-    format!("{prefix}:{{{tag}}}:{STATE_FORMAT}:{policy}")
+/// The key of a client's state string: `<prefix>:{<tag>}:<format>`.
+pub(crate) fn states_key(prefix: &str, tag: &str) -> String {
+    format!("{prefix}:{{{tag}}}:{STATE_FORMAT}")
 }
 
 /// The key of a client's configuration hash: `<prefix>:{<tag>}~cfg`.
 pub(crate) fn config_key(prefix: &str, tag: &str) -> String {
     format!("{prefix}:{{{tag}}}~cfg")
-}
-
-/// The common start of a client's keys: `<prefix>:{<tag>}`.
-pub(crate) fn key_base(prefix: &str, tag: &str) -> String {
-    format!("{prefix}:{{{tag}}}")
 }
 
 #[cfg(test)]
@@ -89,8 +95,8 @@ mod tests {
         assert_eq!(KeyEncoding::Plain.tag(""), "k:");
         assert_eq!(KeyEncoding::Plain.tag("a}b{c%"), "k:a%7Db%7Bc%25");
         assert_eq!(
-            state_key("turnstile:v1", &KeyEncoding::Plain.tag("}x"), "per-ip"),
-            "turnstile:v1:{k:%7Dx}:f2:per-ip"
+            states_key("turnstile:v1", &KeyEncoding::Plain.tag("}x")),
+            "turnstile:v1:{k:%7Dx}:f3"
         );
         assert!(
             crate::script::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))

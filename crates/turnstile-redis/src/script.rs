@@ -14,7 +14,8 @@ use crate::call::Call;
 use crate::encoded::encoded_set;
 
 /// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces,
-/// `lua/fast.lua` (check's path for the common case) and `lua/check.lua` (which defines
+/// `lua/fast.lua` (check's path for the common case), `lua/states.lua` (a client key's state
+/// string, read and written by the general path) and `lua/check.lua` (which defines
 /// `check(KEYS, ARGV)`), in that order.
 macro_rules! check_definitions {
     () => {
@@ -32,6 +33,8 @@ macro_rules! check_definitions {
             include_str!("../lua/sliding_log.lua"),
             "\n",
             include_str!("../lua/fast.lua"),
+            "\n",
+            include_str!("../lua/states.lua"),
             "\n",
             include_str!("../lua/check.lua"),
         )
@@ -125,7 +128,6 @@ pub(crate) struct Sets<'a> {
 /// implement (see [`algorithm_id`]); `inv` is then not to be invoked.
 pub(crate) fn check_args(
     inv: &mut Call,
-    base: &str,
     sets: Sets<'_>,
     op: Op,
     cost: u64,
@@ -147,7 +149,6 @@ pub(crate) fn check_args(
     inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
         .arg(cost)
         .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
-        .arg(base)
         .arg(&*encoded_set("", sets.defaults, || {
             policy_set("", sets.defaults)
         })?);
