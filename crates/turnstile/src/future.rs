@@ -231,7 +231,12 @@ where
 /// Releases the readiness `inner` reserved (the readied service is dropped, a clone left for
 /// the next call) and returns an unreserved clone for a request that waits.
 fn unreserved<S: Clone>(inner: &mut S) -> S {
-    let ready = take_ready(inner);
+    without_reservation(take_ready(inner))
+}
+
+/// An unreserved clone of the readied service `ready`, which is dropped (for
+/// `ConcurrencyLimit`, its permit goes back).
+pub(crate) fn without_reservation<S: Clone>(ready: S) -> S {
     let unreserved = ready.clone();
     drop(ready);
     unreserved

@@ -298,11 +298,7 @@ fn call<S: Service<R>, R>(inner: &mut Option<S>, req: &mut Option<R>) -> Option<
 /// dropped (for `ConcurrencyLimit`, its permit goes back) and an unreserved clone kept.
 fn release<S: Clone>(inner: &mut Option<S>, reserved: &mut bool) {
     if std::mem::take(reserved) {
-        if let Some(ready) = inner.take() {
-            let unreserved = ready.clone();
-            drop(ready);
-            *inner = Some(unreserved);
-        }
+        *inner = inner.take().map(crate::future::without_reservation);
     }
 }
 
