@@ -33,14 +33,12 @@ local function fast_spec(p)
   p.fmt = '\n' .. p.params .. '|' .. nums .. '\t' .. string.gsub(p.name, '%%', '%%%%')
   p.fmt0 = '0' .. p.fmt
   p.BP = p.B * p.P
-  -- GCRA: the most a state may be ahead (ahead * L + frac <= B * P).
-  p.most, p.most_frac = divmod(p.BP, p.L)
   p.leaky = p.alg == 3
   p.fast = FAST[p.alg]
 end
 
 -- The fast path's decisions, one function per algorithm (p.fast, set by fast_spec): each
--- decides policy p at now for cost c on its stored numbers n1 .. n4 (the match's captures,
+-- decides policy p at now for cost c on its stored numbers n1 .. n3 (the match's captures,
 -- digit strings; n1 nil: no state), writes its values at out[o + 1 ..], and returns whether
 -- it admits, the TTL its state needs (ttl_of(min_ttl, reset_after)), and its line formatted
 -- with fmt (p.fmt or p.fmt0) when it admits c > 0 (else nil); or nil when the numbers are
@@ -72,22 +70,19 @@ local function fast_debt(p, D, t, c, min_ttl, out, o, fmt)
   if r > 0 then used = used + 1 end
   out[o + 1], out[o + 2], out[o + 3] = retry, B - used, after
   if p.leaky then out[o + 4] = delay end
-  -- GCRA's state: the debt as whole ms q and the rest r (units of 1/L ms).
   r = after % L
-  local q = (after - r) / L
-  local ttl = q
-  if r > 0 then ttl = q + 1 end
+  local ttl = (after - r) / L
+  if r > 0 then ttl = ttl + 1 end
   ttl = fast_ttl(ttl, min_ttl)
   if retry ~= 0 then return false, ttl end
   if c == 0 then return true, ttl end
-  if p.alg == 2 then return true, ttl, format(fmt, t, q, r) end
   return true, ttl, format(fmt, t, after)
 end
 
--- Token and leaky bucket: updated, debt <= B * P. Refilled: 0 once elapsed * L >= debt (a
--- product past 2^53 rounds to a double at least debt, rounding being monotonic: the
--- comparison is exact), else debt - elapsed * L, below 2^53 and exact.
-local function fast_bucket(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
+-- Token bucket, GCRA and leaky bucket: updated, debt <= B * P. Refilled: 0 once elapsed * L
+-- >= debt (a product past 2^53 rounds to a double at least debt, rounding being monotonic:
+-- the comparison is exact), else debt - elapsed * L, below 2^53 and exact.
+local function fast_bucket(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local t, D = now, 0
   if n1 then
     n1, n2 = n1 + 0, n2 + 0
@@ -99,34 +94,17 @@ local function fast_bucket(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
   return fast_debt(p, D, t, c, min_ttl, out, o, fmt)
 end
 
--- GCRA: updated, ahead, frac: 0 <= frac < L, ahead * L + frac <= B * P (gcra.lua's parse).
-local function fast_gcra(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
-  local t, D = now, 0
-  if n1 then
-    n1, n2, n3 = n1 + 0, n2 + 0, n3 + 0
-    local most = p.most
-    if n1 > MAX_EXACT or n3 >= p.L or n2 > most or (n2 == most and n3 > p.most_frac) then
-      return nil
-    end
-    if n1 > now then t = n1 end
-    local elapsed = t - n1
-    if elapsed <= n2 then D = (n2 - elapsed) * p.L + n3 end
-  end
-  return fast_debt(p, D, t, c, min_ttl, out, o, fmt)
-end
-
--- fixed_window.lua: updated, w, n; w the window of updated, n <= L.
-local function fast_fixed(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
+-- fixed_window.lua: updated, n; n <= L, counted in updated's window.
+local function fast_fixed(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local L, P, t = p.L, p.P, now
   local n = 0
   if n1 then
-    n1, n2, n3 = n1 + 0, n2 + 0, n3 + 0
-    if n1 > MAX_EXACT or n3 > MAX_EXACT or n2 ~= (n1 - n1 % P) / P or n3 > L then return nil end
+    n1, n2 = n1 + 0, n2 + 0
+    if n1 > MAX_EXACT or n2 > L then return nil end
     if n1 > now then t = n1 end
   end
   local e = t % P
-  local w = (t - e) / P
-  if n1 and n2 == w then n = n3 end
+  if n1 and n1 - n1 % P == t - e then n = n2 end
   local retry, k = -1, n
   if c == 0 then
     retry = 0
@@ -143,25 +121,24 @@ local function fast_fixed(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
   local ttl = fast_ttl(reset, min_ttl)
   if retry ~= 0 then return false, ttl end
   if c == 0 then return true, ttl end
-  return true, ttl, format(fmt, t, w, k)
+  return true, ttl, format(fmt, t, k)
 end
 
--- sliding_window.lua: updated, w, cur, prev; w the window of updated, both counts <= L.
-local function fast_sliding(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
+-- sliding_window.lua: updated, cur, prev; both counts <= L, cur counted in updated's window.
+local function fast_sliding(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local L, P, t = p.L, p.P, now
   local n, m = 0, 0
   if n1 then
-    n1, n2, n3, n4 = n1 + 0, n2 + 0, n3 + 0, n4 + 0
-    if n1 > MAX_EXACT or n3 > MAX_EXACT or n4 > MAX_EXACT or n2 ~= (n1 - n1 % P) / P
-      or n3 > L or n4 > L then
-      return nil
-    end
+    n1, n2, n3 = n1 + 0, n2 + 0, n3 + 0
+    if n1 > MAX_EXACT or n2 > L or n3 > L then return nil end
     if n1 > now then t = n1 end
   end
   local e = t % P
   local w = (t - e) / P
   if n1 then
-    if n2 == w then n, m = n3, n4 elseif n2 + 1 == w then m = n3 end
+    local r = n1 % P
+    local v = (n1 - r) / P
+    if v == w then n, m = n2, n3 elseif v + 1 == w then m = n2 end
   end
   local weighted = m * (P - e)
   local rw, rn, rd, k = -1, 0, 1, n
@@ -187,10 +164,10 @@ local function fast_sliding(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
   local ttl = fast_ttl(reset, min_ttl)
   if rw ~= 0 or rn ~= 0 then return false, ttl end
   if c == 0 then return true, ttl end
-  return true, ttl, format(fmt, t, w, k, m)
+  return true, ttl, format(fmt, t, k, m)
 end
 
-FAST = {fast_bucket, fast_gcra, fast_bucket, fast_fixed, nil, fast_sliding}
+FAST = {fast_bucket, fast_bucket, fast_bucket, fast_fixed, nil, fast_sliding}
 
 -- A reply of n values (n >= 4), head first, the rest 0, made at (about) its size at once:
 -- Redis reads a reply up to its first nil, so the slots past n are cut off by one.
@@ -226,12 +203,12 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   local count = #set
   if count == 1 then
     local p = set[1]
-    local n1, n2, n3, n4
+    local n1, n2, n3
     if raw then
-      n1, n2, n3, n4 = match(raw, set.pat)
+      n1, n2, n3 = match(raw, set.pat)
       if not n1 then return nil end
     end
-    local ok, ttl, value = p.fast(p, n1, n2, n3, n4, now, cost, min_ttl, out, 1, p.fmt0)
+    local ok, ttl, value = p.fast(p, n1, n2, n3, now, cost, min_ttl, out, 1, p.fmt0)
     if ok == nil then return nil end
     if value then redis.call('PSETEX', key, format('%d', ttl), value) end
     return out
@@ -248,8 +225,8 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   local all, o, k, most = true, 1, 1, 0
   for i = 1, count do
     local p = set[i]
-    local ok, ttl, value = p.fast(p, caps[k], caps[k + 1], caps[k + 2], caps[k + 3], now,
-      cost, min_ttl, out, o, p.fmt)
+    local ok, ttl, value = p.fast(p, caps[k], caps[k + 1], caps[k + 2], now, cost, min_ttl, out,
+      o, p.fmt)
     if ok == nil then return nil end
     if not ok then all = false end
     if ttl > most then most = ttl end
@@ -267,8 +244,7 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
         if p.ok then
           -- Denied overall: this policy as if nothing were consumed.
           local k = p.fk
-          p.fast(p, caps[k], caps[k + 1], caps[k + 2], caps[k + 3], now, 0, min_ttl, out, p.fo,
-            p.fmt)
+          p.fast(p, caps[k], caps[k + 1], caps[k + 2], now, 0, min_ttl, out, p.fo, p.fmt)
           if p.leaky then out[p.fo + 4] = 0 end
         end
       end

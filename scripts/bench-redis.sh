@@ -40,11 +40,11 @@ FN="${LIB}_check"
 # random 12-digit number in place of each __rand_int__ (-r 10000: 10,000 keys).
 TAG='00000000000000000000__rand_int__'
 SET=$'\n1.1.1000.1000000000 bench'
-ARGS=(1 "turnstile:v1:{$TAG}:f3" 'check defaults 0 1' "$SET")
+ARGS=(1 "turnstile:v1:{$TAG}:f4" 'check defaults 0 1' "$SET")
 
 # Proof the invocation is the same decision: it admits (the compact reply: -1 - now, then
 # the policy's retry, 0 when admitted).
-"${R[@]}" FCALL "$FN" 1 'turnstile:v1:{probe}:f3' 'check defaults 0 1' "$SET" \
+"${R[@]}" FCALL "$FN" 1 'turnstile:v1:{probe}:f4' 'check defaults 0 1' "$SET" \
   | sed -n '2p' | awk '{ if ($1 != 0) { print "the redis-benchmark invocation is not admitted: " $0; exit 1 } }'
 
 field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p"; }

@@ -45,7 +45,7 @@ if [ -n "${LIBRARY_LUA:-}" ]; then cp "$LIBRARY_LUA" "$OUT/library.lua"; else "$
 TAG='00000000000000000000__rand_int__'
 # The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
 # space and '^' for a line break inside an argument (see unword), '' for an empty one.
-HEAD="1 turnstile:v1:{$TAG}:f3 check+defaults+0+1"
+HEAD="1 turnstile:v1:{$TAG}:f4 check+defaults+0+1"
 unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
   ARGV_OUT=()
   local a
