@@ -131,6 +131,7 @@ local function set_of(text)
   end
   -- defaults: the fast path may decide this set when it is the defaults'.
   set.defaults = set.fast and tier == ''
+  set.count = #set
   if SET_COUNT >= MEMO_MAX then SETS, SET_COUNT = {}, 0 end
   SETS[text], SET_COUNT = set, SET_COUNT + 1
   return set

@@ -44,16 +44,22 @@ end
 -- with fmt (p.fmt or p.fmt0) when it admits c > 0 (else nil); or nil when the numbers are
 -- not a state (the general path reports it).
 
--- The TTL of a state whose reset is reset ms away: ttl_of(min_ttl, reset).
-local function fast_ttl(reset, min_ttl)
-  if reset < min_ttl then reset = min_ttl end
-  if reset < 1 then return 1 end
-  return reset
-end
+-- Each returns its TTL as ttl_of(min_ttl, reset) does, written out (no call).
 
--- bucket.lua's debt_decide on D (at most B * P) for the buckets and GCRA, t the state's time.
-local function fast_debt(p, D, t, c, min_ttl, out, o, fmt)
+-- Token bucket, GCRA and leaky bucket: updated, debt <= B * P. Refilled: 0 once elapsed * L
+-- >= debt (a product past 2^53 rounds to a double at least debt, rounding being monotonic:
+-- the comparison is exact), else debt - elapsed * L, below 2^53 and exact. Then bucket.lua's
+-- debt_decide on that debt D (at most B * P).
+local function fast_bucket(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local B, P, L = p.B, p.P, p.L
+  local t, D = now, 0
+  if n1 then
+    n1, n2 = n1 + 0, n2 + 0
+    if n1 > MAX_EXACT or n2 > p.BP then return nil end
+    if n1 > now then t = n1 end
+    local refill = (t - n1) * L
+    if refill < n2 then D = n2 - refill end
+  end
   local retry, after, delay = -1, D, 0
   if c == 0 then
     retry, delay = 0, D
@@ -73,25 +79,11 @@ local function fast_debt(p, D, t, c, min_ttl, out, o, fmt)
   r = after % L
   local ttl = (after - r) / L
   if r > 0 then ttl = ttl + 1 end
-  ttl = fast_ttl(ttl, min_ttl)
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
   if retry ~= 0 then return false, ttl end
   if c == 0 then return true, ttl end
   return true, ttl, format(fmt, t, after)
-end
-
--- Token bucket, GCRA and leaky bucket: updated, debt <= B * P. Refilled: 0 once elapsed * L
--- >= debt (a product past 2^53 rounds to a double at least debt, rounding being monotonic:
--- the comparison is exact), else debt - elapsed * L, below 2^53 and exact.
-local function fast_bucket(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
-  local t, D = now, 0
-  if n1 then
-    n1, n2 = n1 + 0, n2 + 0
-    if n1 > MAX_EXACT or n2 > p.BP then return nil end
-    if n1 > now then t = n1 end
-    local refill = (t - n1) * p.L
-    if refill < n2 then D = n2 - refill end
-  end
-  return fast_debt(p, D, t, c, min_ttl, out, o, fmt)
 end
 
 -- fixed_window.lua: updated, n; n <= L, counted in updated's window.
@@ -118,7 +110,9 @@ local function fast_fixed(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local reset = 0
   if k > 0 then reset = P - e end
   out[o + 1], out[o + 2], out[o + 3] = retry, L - k, reset
-  local ttl = fast_ttl(reset, min_ttl)
+  local ttl = reset
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
   if retry ~= 0 then return false, ttl end
   if c == 0 then return true, ttl end
   return true, ttl, format(fmt, t, k)
@@ -161,7 +155,9 @@ local function fast_sliding(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   if k > 0 then reset = 2 * P - e elseif m > 0 then reset = P - e end
   out[o + 1], out[o + 2], out[o + 3] = rw, rn, rd
   out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
-  local ttl = fast_ttl(reset, min_ttl)
+  local ttl = reset
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
   if rw ~= 0 or rn ~= 0 then return false, ttl end
   if c == 0 then return true, ttl end
   return true, ttl, format(fmt, t, k, m)
@@ -199,10 +195,17 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   elseif redis.call('EXISTS', cfgkey(key)) ~= 0 then
     return nil
   end
-  local out = new_reply(set.width - 2, -1 - now)
-  local count = #set
+  local count = set.count
   if count == 1 then
-    local p = set[1]
+    local p, out = set[1], nil
+    local width = p.a.width
+    if width == 3 then
+      out = {-1 - now, 0, 0, 0}
+    elseif width == 4 then
+      out = {-1 - now, 0, 0, 0, 0}
+    else
+      out = {-1 - now, 0, 0, 0, 0, 0}
+    end
     local n1, n2, n3
     if raw then
       n1, n2, n3 = match(raw, set.pat)
@@ -215,6 +218,7 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   end
   -- Every policy decided first (its TTL, line and captures' offset kept on its cached
   -- table: fields, no new table); then the string stored only if all admit.
+  local out = new_reply(set.width - 2, -1 - now)
   local caps
   if raw then
     caps = {match(raw, set.pat)}
