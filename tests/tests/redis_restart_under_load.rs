@@ -255,8 +255,14 @@ async fn fault_under_load(mode: ScriptMode, fault: Fault, test: &str) {
         let t0 = seen[0].at;
         for s in &seen {
             let r = match &s.got {
-                Got::Check(k, r) => format!("{k} {:?}", r.as_ref().map(|d| d.remaining()).map_err(|e| e.to_string())),
-                Got::Config(r) => format!("cfg {:?}", r.as_ref().map(|c| c.version()).map_err(|e| e.to_string())),
+                Got::Check(k, r) => format!(
+                    "{k} {:?}",
+                    r.as_ref().map(|d| d.remaining()).map_err(|e| e.to_string())
+                ),
+                Got::Config(r) => format!(
+                    "cfg {:?}",
+                    r.as_ref().map(|c| c.version()).map_err(|e| e.to_string())
+                ),
             };
             eprintln!("{:>8?} {:>8?} t{} {r}", s.at - t0, s.took, s.task);
         }
@@ -303,7 +309,9 @@ fn under(d: &Decision) -> Vec<(String, u64)> {
 }
 
 fn named(ps: &[Policy]) -> Vec<(String, u64)> {
-    ps.iter().map(|p| (p.name().to_owned(), p.limit())).collect()
+    ps.iter()
+        .map(|p| (p.name().to_owned(), p.limit()))
+        .collect()
 }
 
 /// Asserts what every request of the load got (see the file's header).
@@ -325,7 +333,10 @@ fn assert_requests(seen: &[Seen], fault: Fault, version: u64, what: &str) {
         match &s.got {
             Got::Check(_, Err(e)) | Got::Config(Err(e)) => {
                 errors += 1;
-                let typed = matches!(e, BackendError::Connection(_) | BackendError::Timeout { .. });
+                let typed = matches!(
+                    e,
+                    BackendError::Connection(_) | BackendError::Timeout { .. }
+                );
                 assert!(
                     matches!(fault, Fault::Restart) && typed,
                     "{what}: task {} got {e:?}",
@@ -486,7 +497,10 @@ async fn assert_keys_valid(b: &RedisBackend, port: u16, what: &str) {
             assert_eq!(kind, "string", "{what}: {key}");
             let v: Vec<u8> = redis::cmd("GET").arg(key).query(&mut conn).unwrap();
             if let Some(why) = f3_problem(&v) {
-                panic!("{what}: {key} holds {:?}: {why}", String::from_utf8_lossy(&v));
+                panic!(
+                    "{what}: {key} holds {:?}: {why}",
+                    String::from_utf8_lossy(&v)
+                );
             }
             headers.insert(key.clone(), v[0]);
         } else {
@@ -495,7 +509,10 @@ async fn assert_keys_valid(b: &RedisBackend, port: u16, what: &str) {
     }
     for key in &configured {
         if let Some(h) = headers.get(key) {
-            assert_eq!(*h, b'c', "{what}: {key} is configured but its string says not");
+            assert_eq!(
+                *h, b'c',
+                "{what}: {key} is configured but its string says not"
+            );
         }
     }
     for key in KEYS.into_iter().chain(["fresh"]) {
