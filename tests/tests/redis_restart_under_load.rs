@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use turnstile_core::{Applied, Backend, BackendError, Decision, KeyConfig, Policy, Quotas};
 use turnstile_redis::{library, redis, RedisBackend, ScriptMode};
-use turnstile_tests::redis_server::{command_calls, RedisServer};
+use turnstile_tests::redis_server::{command_calls, RedisCluster, RedisServer};
 
 /// Every request's bound.
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -81,6 +81,40 @@ impl Fault {
                 ScriptMode::Eval => "SCRIPT FLUSH",
                 _ => "FUNCTION FLUSH",
             }),
+        }
+    }
+}
+
+/// The Redis the load runs against.
+enum Deployment {
+    Single(RedisServer),
+    /// Three masters, no replicas.
+    Cluster(RedisCluster),
+}
+
+impl Deployment {
+    fn url(&self) -> String {
+        match self {
+            Deployment::Single(s) => s.url(),
+            Deployment::Cluster(c) => c.urls(),
+        }
+    }
+
+    /// The masters' ports.
+    fn masters(&self) -> Vec<u16> {
+        match self {
+            Deployment::Single(s) => vec![s.port()],
+            Deployment::Cluster(c) => c.nodes().iter().map(RedisServer::port).collect(),
+        }
+    }
+
+    /// The port of the master serving `client`'s keys.
+    fn master_of(&self, b: &RedisBackend, client: &str) -> u16 {
+        match self {
+            Deployment::Single(s) => s.port(),
+            Deployment::Cluster(c) => {
+                c.nodes()[c.node_of_key(&b.state_key(client, &defaults()[0]))].port()
+            }
         }
     }
 }
@@ -205,10 +239,13 @@ fn backend(url: &str, mode: ScriptMode, test: &str) -> RedisBackend {
 
 /// Runs the load, injects `fault` in the middle, and asserts what every request got, then
 /// that decisions are exact again and every key valid.
-async fn fault_under_load(mode: ScriptMode, fault: Fault, test: &str) {
-    let what = format!("{mode:?} {fault:?}");
-    let mut server = RedisServer::start();
-    let b = backend(&server.url(), mode, test);
+async fn fault_under_load(mut redis: Deployment, mode: ScriptMode, fault: Fault, test: &str) {
+    let cluster = matches!(redis, Deployment::Cluster(_));
+    let what = format!(
+        "{mode:?} {fault:?}{}",
+        if cluster { " (Cluster)" } else { "" }
+    );
+    let b = backend(&redis.url(), mode, test);
     let set = b.set_override("cfg", &over()).await.unwrap();
     let version = set.version();
     let load = Load::start(&b);
@@ -217,32 +254,39 @@ async fn fault_under_load(mode: ScriptMode, fault: Fault, test: &str) {
     let loads = b.stats().script_loads;
     match fault {
         Fault::Restart => {
+            let Deployment::Single(mut server) = redis else {
+                panic!("{what}: restarts are of a single server")
+            };
             server.kill();
             // Every request now fails: wait until the load has met the dead server.
             let failed = load.failed.load(Ordering::Acquire);
             Load::wait(&load.failed, failed, 20, &format!("{what}: failures")).await;
-            server = tokio::task::spawn_blocking(move || {
+            let server = tokio::task::spawn_blocking(move || {
                 server.restart();
                 server
             })
             .await
             .unwrap();
+            redis = Deployment::Single(server);
         }
         Fault::Flush(cmds) => {
-            let mut conn = redis::Client::open(server.url())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            let mut pipe = redis::pipe();
-            pipe.atomic();
-            for c in cmds {
-                let mut words = c.split(' ');
-                let mut cmd = redis::cmd(words.next().unwrap());
-                cmd.arg(words.collect::<Vec<_>>());
-                pipe.add_command(cmd).ignore();
+            // On each master in turn (a Cluster's data and library are per master).
+            for port in redis.masters() {
+                let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                for c in cmds {
+                    let mut words = c.split(' ');
+                    let mut cmd = redis::cmd(words.next().unwrap());
+                    cmd.arg(words.collect::<Vec<_>>());
+                    pipe.add_command(cmd).ignore();
+                }
+                let () = pipe.query_async(&mut conn).await.unwrap();
             }
-            let () = pipe.query_async(&mut conn).await.unwrap();
         }
     }
     // The load goes on after the fault, until enough decisions were made on the server as
@@ -272,21 +316,30 @@ async fn fault_under_load(mode: ScriptMode, fault: Fault, test: &str) {
     // The Lua was loaded again exactly when the fault took it.
     let reloaded = b.stats().script_loads > loads;
     assert_eq!(reloaded, fault.loses_code(mode), "{what}: reloads");
-    let (fcall, evalsha) = (
-        command_calls(server.port(), "fcall"),
-        command_calls(server.port(), "evalsha"),
+    let masters = redis.masters();
+    let calls = |cmd| masters.iter().map(|p| command_calls(*p, cmd)).sum::<u64>();
+    let (fcall, evalsha) = (calls("fcall"), calls("evalsha"));
+    let eval = mode == ScriptMode::Eval;
+    assert!(
+        (fcall > 0, evalsha > 0) == (!eval, eval),
+        "{what}: {fcall} {evalsha}"
     );
-    let ours = [library().name().to_owned()];
-    let libs = library_names(server.port());
-    match mode {
-        ScriptMode::Eval => {
-            assert!(fcall == 0 && evalsha > 0, "{what}: {fcall} {evalsha}");
-            assert!(libs.is_empty(), "{what}: {libs:?}");
-        }
-        _ => {
-            assert!(fcall > 0 && evalsha == 0, "{what}: {fcall} {evalsha}");
-            assert_eq!(libs, ours, "{what}");
-        }
+    // Every master that serves a key of the load has the library (EVALSHA: none), and none
+    // has another.
+    let serving: HashSet<u16> = KEYS
+        .into_iter()
+        .chain(["fresh"])
+        .map(|k| redis.master_of(&b, k))
+        .collect();
+    let ours = library().name().to_owned();
+    for port in &masters {
+        let libs = library_names(*port);
+        let want = if !eval && serving.contains(port) {
+            vec![ours.clone()]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(libs, want, "{what}: the master on {port}");
     }
 
     // The override: gone or intact, as the fault says.
@@ -297,7 +350,7 @@ async fn fault_under_load(mode: ScriptMode, fault: Fault, test: &str) {
         assert_eq!(config, set, "{what}");
     }
     assert_exact_again(&b, &what).await;
-    assert_keys_valid(&b, server.port(), &what).await;
+    assert_keys_valid(&b, &masters, &what).await;
 }
 
 /// The policies a decision was made under, as (name, limit) pairs.
@@ -471,40 +524,42 @@ fn f3_problem(v: &[u8]) -> Option<String> {
 /// Every key under `b`'s prefix is a valid `f3` state string or a configuration hash
 /// (fields `o`, `t`, `v` only), a configured key's string says so (header `c`), and every
 /// client key of the load is checked again without error.
-async fn assert_keys_valid(b: &RedisBackend, port: u16, what: &str) {
-    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", b.prefix()))
-        .query(&mut conn)
-        .unwrap();
+async fn assert_keys_valid(b: &RedisBackend, masters: &[u16], what: &str) {
     let mut configured = HashSet::new();
     let mut headers = HashMap::new();
-    for key in &keys {
-        let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
-        if let Some(base) = key.strip_suffix("~cfg") {
-            assert_eq!(kind, "hash", "{what}: {key}");
-            let fields: HashMap<String, String> =
-                redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
-            assert!(
-                fields.keys().all(|f| ["o", "t", "v"].contains(&f.as_str())),
-                "{what}: {key}: {fields:?}"
-            );
-            configured.insert(format!("{base}:f3"));
-        } else if key.ends_with(":f3") {
-            assert_eq!(kind, "string", "{what}: {key}");
-            let v: Vec<u8> = redis::cmd("GET").arg(key).query(&mut conn).unwrap();
-            if let Some(why) = f3_problem(&v) {
-                panic!(
-                    "{what}: {key} holds {:?}: {why}",
-                    String::from_utf8_lossy(&v)
+    for port in masters {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", b.prefix()))
+            .query(&mut conn)
+            .unwrap();
+        for key in &keys {
+            let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
+            if let Some(base) = key.strip_suffix("~cfg") {
+                assert_eq!(kind, "hash", "{what}: {key}");
+                let fields: HashMap<String, String> =
+                    redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+                assert!(
+                    fields.keys().all(|f| ["o", "t", "v"].contains(&f.as_str())),
+                    "{what}: {key}: {fields:?}"
                 );
+                configured.insert(format!("{base}:f3"));
+            } else if key.ends_with(":f3") {
+                assert_eq!(kind, "string", "{what}: {key}");
+                let v: Vec<u8> = redis::cmd("GET").arg(key).query(&mut conn).unwrap();
+                if let Some(why) = f3_problem(&v) {
+                    panic!(
+                        "{what}: {key} holds {:?}: {why}",
+                        String::from_utf8_lossy(&v)
+                    );
+                }
+                headers.insert(key.clone(), v[0]);
+            } else {
+                panic!("{what}: an unexpected key {key} ({kind})");
             }
-            headers.insert(key.clone(), v[0]);
-        } else {
-            panic!("{what}: an unexpected key {key} ({kind})");
         }
     }
     for key in &configured {
@@ -537,20 +592,24 @@ fn library_names(port: u16) -> Vec<String> {
     names
 }
 
+fn single() -> Deployment {
+    Deployment::Single(RedisServer::start())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_and_restart_under_load_through_functions() {
-    fault_under_load(ScriptMode::Auto, Fault::Restart, "restart").await;
+    fault_under_load(single(), ScriptMode::Auto, Fault::Restart, "restart").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_and_restart_under_load_through_evalsha() {
-    fault_under_load(ScriptMode::Eval, Fault::Restart, "restart").await;
+    fault_under_load(single(), ScriptMode::Eval, Fault::Restart, "restart").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushall_under_load_drops_the_data_and_keeps_the_code() {
     for mode in [ScriptMode::Auto, ScriptMode::Eval] {
-        fault_under_load(mode, Fault::Flush(&["FLUSHALL"]), "flushall").await;
+        fault_under_load(single(), mode, Fault::Flush(&["FLUSHALL"]), "flushall").await;
     }
 }
 
@@ -558,7 +617,7 @@ async fn flushall_under_load_drops_the_data_and_keeps_the_code() {
 async fn flushall_with_the_library_and_scripts_under_load() {
     let all = Fault::Flush(&["FLUSHALL", "FUNCTION FLUSH", "SCRIPT FLUSH"]);
     for mode in [ScriptMode::Auto, ScriptMode::Eval] {
-        fault_under_load(mode, all, "flushall-code").await;
+        fault_under_load(single(), mode, all, "flushall-code").await;
     }
 }
 
@@ -566,6 +625,17 @@ async fn flushall_with_the_library_and_scripts_under_load() {
 async fn function_and_script_flush_under_load_keep_every_state_and_override() {
     let code = Fault::Flush(&["FUNCTION FLUSH", "SCRIPT FLUSH"]);
     for mode in [ScriptMode::Auto, ScriptMode::Eval] {
-        fault_under_load(mode, code, "code").await;
+        fault_under_load(single(), mode, code, "code").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_master_flushed_under_load() {
+    // Data and code gone on every master, one master after the other: a Cluster of its own
+    // for each path.
+    let all = Fault::Flush(&["FLUSHALL", "FUNCTION FLUSH", "SCRIPT FLUSH"]);
+    for mode in [ScriptMode::Auto, ScriptMode::Eval] {
+        let cluster = Deployment::Cluster(RedisCluster::start(3));
+        fault_under_load(cluster, mode, all, "cluster").await;
     }
 }
