@@ -452,6 +452,11 @@ fn assert_requests(seen: &[Seen], fault: Fault, version: u64, what: &str) {
     if matches!(fault, Fault::Restart) {
         assert!(errors > 0, "{what}: the restart failed nothing");
     }
+    // Where the data was dropped, the load saw it: counts started over, the override went.
+    if fault.loses_data() {
+        assert!(!rises.is_empty(), "{what}: no count started over");
+        assert!(!override_gone.is_empty(), "{what}: the override never went");
+    }
     eprintln!("{what}: {decisions} answered, {errors} failed");
 }
 
