@@ -129,7 +129,6 @@ enum Got {
 #[derive(Debug)]
 struct Seen {
     task: usize,
-    at: Instant,
     took: Duration,
     got: Got,
 }
@@ -178,12 +177,7 @@ impl Load {
                         None => 0,
                     };
                     let took = start.elapsed();
-                    seen.push(Seen {
-                        task,
-                        at: start,
-                        took,
-                        got,
-                    });
+                    seen.push(Seen { task, took, got });
                     if ok == Some(false) {
                         // A failing node fails fast: no busy loop meanwhile.
                         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -293,24 +287,7 @@ async fn fault_under_load(mut redis: Deployment, mode: ScriptMode, fault: Fault,
     // it is now.
     load.decided(400, &format!("{what}: decisions after the fault"))
         .await;
-    let mut seen = load.stop().await;
-    seen.sort_by_key(|s| s.at);
-    if std::env::var("DEBUG_LOAD").is_ok() {
-        let t0 = seen[0].at;
-        for s in &seen {
-            let r = match &s.got {
-                Got::Check(k, r) => format!(
-                    "{k} {:?}",
-                    r.as_ref().map(|d| d.remaining()).map_err(|e| e.to_string())
-                ),
-                Got::Config(r) => format!(
-                    "cfg {:?}",
-                    r.as_ref().map(|c| c.version()).map_err(|e| e.to_string())
-                ),
-            };
-            eprintln!("{:>8?} {:>8?} t{} {r}", s.at - t0, s.took, s.task);
-        }
-    }
+    let seen = load.stop().await;
     assert_requests(&seen, fault, version, &what);
 
     // The Lua was loaded again exactly when the fault took it.
