@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use turnstile_core::{Applied, Backend, BackendError, Decision, KeyConfig, Policy, Quotas};
 use turnstile_redis::{library, redis, RedisBackend, ScriptMode};
 use turnstile_tests::redis_server::{command_calls, RedisCluster, RedisServer};
+use turnstile_tests::state_string::f3_problem;
 
 /// Every request's bound.
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -468,39 +469,6 @@ async fn assert_exact_again(b: &RedisBackend, what: &str) {
     admitted.sort_unstable();
     assert_eq!(admitted, (0..20).collect::<Vec<u64>>(), "{what}");
     assert_eq!(denied, 6 * TASKS - 20, "{what}");
-}
-
-/// Whether `v` is a valid state string of format `f3` (see `lua/states.lua`): a header `0`
-/// or `c`, then one line or more `\n<alg>.<L>.<P>.<B>|<n>[|<n>...]\t<name>`, every number
-/// decimal digits, each name once.
-fn f3_problem(v: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(v).ok()?;
-    let Some(body) = text.strip_prefix('0').or_else(|| text.strip_prefix('c')) else {
-        return Some("no header".into());
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let mut names = HashSet::new();
-    let Some(lines) = body.strip_prefix('\n') else {
-        return Some("no line".into());
-    };
-    for line in lines.split('\n') {
-        let Some((state, name)) = line.split_once('\t') else {
-            return Some(format!("line {line:?}: no tab"));
-        };
-        let mut parts = state.split('|');
-        let params: Vec<&str> = parts.next().unwrap_or("").split('.').collect();
-        let numbers: Vec<&str> = parts.collect();
-        if params.len() != 4 || !params.iter().all(|s| digits(s)) {
-            return Some(format!("line {line:?}: parameters"));
-        }
-        if numbers.is_empty() || !numbers.iter().all(|s| digits(s)) {
-            return Some(format!("line {line:?}: numbers"));
-        }
-        if name.is_empty() || !names.insert(name) {
-            return Some(format!("line {line:?}: name"));
-        }
-    }
-    None
 }
 
 /// Every key under `b`'s prefix is a valid `f3` state string or a configuration hash
