@@ -1,9 +1,10 @@
 //! Helpers for turnstile's end-to-end tests: `redis-server` processes the tests start
-//! themselves, a TCP proxy to repoint an address at another server, and the certificates of
-//! the TLS tests.
+//! themselves, a TCP proxy to repoint an address at another server, the certificates of the
+//! TLS tests, and the shape of a stored state string.
 
 pub mod proxy;
 pub mod redis_server;
+pub mod state_string;
 pub mod tls;
 
 /// The README's Rust snippets, compiled (and run, unless marked `no_run`) as this crate's

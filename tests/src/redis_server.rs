@@ -431,6 +431,33 @@ pub fn wait_for(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The integer `field` of the server's `INFO replication`, or `None` when it cannot be read.
+fn replication_offset(port: u16, field: &str) -> Option<u64> {
+    let info = query(port, "INFO replication").ok()?;
+    info.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Waits until the replica on `replica_port` has applied every write the primary on
+/// `primary_port` had made when called: the replica's `slave_repl_offset` reaches the
+/// primary's `master_repl_offset`. Panics after `within`.
+///
+/// `WAIT` cannot do this from a test's own connection: it waits only for the writes made
+/// on the connection it is sent on, so on a fresh one it answers at once, whatever the
+/// replica has.
+pub fn wait_replicated(primary_port: u16, replica_port: u16, within: Duration) {
+    let target = replication_offset(primary_port, "master_repl_offset")
+        .expect("the primary's master_repl_offset");
+    wait_for(within, "the replica to apply the primary's writes", || {
+        replication_offset(replica_port, "slave_repl_offset").is_some_and(|o| o >= target)
+    });
+}
+
 /// A replica of the server on `primary_port`, started with `--replicaof`; returns once its
 /// link to the primary is up.
 pub fn start_replica(primary_port: u16, extra: &[&str]) -> RedisServer {

@@ -11,7 +11,8 @@ use turnstile_core::{Backend, BackendError, ManualClock, Policy};
 use turnstile_redis::{NodeDown, RedisBackend, UnsupportedRedisVersion};
 use turnstile_tests::proxy::Proxy;
 use turnstile_tests::redis_server::{
-    command, query, start_replica, wait_for, RedisCluster, RedisSentinel, RedisServer,
+    command, query, start_replica, wait_for, wait_replicated, RedisCluster, RedisSentinel,
+    RedisServer,
 };
 
 fn prefix(test: &str) -> String {
@@ -59,7 +60,7 @@ async fn failover_by_repoint_never_leaves_checks_on_a_readonly_replica() {
     }
     assert_eq!(before, [Ok(99), Ok(98), Ok(97), Ok(96), Ok(95)]);
     // Every write is on the replica before the failover.
-    assert_eq!(command(a.port(), "WAIT 1 2000").unwrap().trim(), ":1");
+    wait_replicated(a.port(), b.port(), Duration::from_secs(10));
 
     // The failover: B is promoted, A demoted to B's replica, the address now leads to B.
     ok(command(b.port(), "REPLICAOF NO ONE"));
@@ -377,7 +378,7 @@ async fn sentinel_failover_moves_checks_to_the_new_primary() {
         before.push(outcome(&backend.check("k", &pol, 1).await));
     }
     assert_eq!(before, [Ok(99), Ok(98), Ok(97)]);
-    assert_eq!(command(primary.port(), "WAIT 1 2000").unwrap().trim(), ":1");
+    wait_replicated(primary.port(), replica.port(), Duration::from_secs(10));
 
     primary.kill();
     let killed = Instant::now();

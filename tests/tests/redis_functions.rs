@@ -9,7 +9,8 @@ use turnstile_core::{Backend, BackendError, Policy, Quotas};
 use turnstile_redis::{library, redis, RedisBackend, ScriptMode};
 use turnstile_tests::proxy::Proxy;
 use turnstile_tests::redis_server::{
-    command, command_calls, query, start_replica, wait_for, RedisCluster, RedisServer,
+    command, command_calls, query, start_replica, wait_for, wait_replicated, RedisCluster,
+    RedisServer,
 };
 
 fn prefix(test: &str) -> String {
@@ -261,7 +262,7 @@ async fn a_promoted_replica_without_the_library_gets_it() {
     let backend = backend(&proxy.url(), "promote", ScriptMode::Auto);
     let pol = [p("token-bucket:limit=100,period=1h,name=t")];
     assert_eq!(run(&backend, "k", &pol, 3).await, [Ok(99), Ok(98), Ok(97)]);
-    assert_eq!(command(a.port(), "WAIT 1 2000").unwrap().trim(), ":1");
+    wait_replicated(a.port(), b.port(), Duration::from_secs(10));
     // B is promoted, A demoted, the address leads to B — and B has no library (a replica
     // whose copy predates it, or one an operator flushed).
     ok(command(b.port(), "REPLICAOF NO ONE"));

@@ -27,7 +27,7 @@ use crate::body::ResponseBody;
 use crate::headers::Prepared;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestRef};
 use crate::response::{key_error, Protocol};
-use crate::slow::{CheckCx, Next, SlowFuture, Start};
+use crate::slow::{without_reservation, CheckCx, Next, SlowFuture, Start};
 use crate::state::Config;
 use crate::trace::{check_span, measure};
 
@@ -232,14 +232,6 @@ where
 /// the next call) and returns an unreserved clone for a request that waits.
 fn unreserved<S: Clone>(inner: &mut S) -> S {
     without_reservation(take_ready(inner))
-}
-
-/// An unreserved clone of the readied service `ready`, which is dropped (for
-/// `ConcurrencyLimit`, its permit goes back).
-pub(crate) fn without_reservation<S: Clone>(ready: S) -> S {
-    let unreserved = ready.clone();
-    drop(ready);
-    unreserved
 }
 
 impl<B, K, S, ReqBody, ResBody> Future for ResponseFuture<B, K, S, Request<ReqBody>>

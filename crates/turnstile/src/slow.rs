@@ -288,6 +288,14 @@ impl<B: Backend, K, S: Service<R>, R> SlowFuture<B, K, S, R> {
     }
 }
 
+/// An unreserved clone of the readied service `ready`, which is dropped (for
+/// `ConcurrencyLimit`, its permit goes back).
+pub(crate) fn without_reservation<S: Clone>(ready: S) -> S {
+    let unreserved = ready.clone();
+    drop(ready);
+    unreserved
+}
+
 /// Calls the inner service with the request: the one place this future does.
 fn call<S: Service<R>, R>(inner: &mut Option<S>, req: &mut Option<R>) -> Option<S::Future> {
     let (mut inner, req) = (inner.take()?, req.take()?);
@@ -298,7 +306,7 @@ fn call<S: Service<R>, R>(inner: &mut Option<S>, req: &mut Option<R>) -> Option<
 /// dropped (for `ConcurrencyLimit`, its permit goes back) and an unreserved clone kept.
 fn release<S: Clone>(inner: &mut Option<S>, reserved: &mut bool) {
     if std::mem::take(reserved) {
-        *inner = inner.take().map(crate::future::without_reservation);
+        *inner = inner.take().map(without_reservation);
     }
 }
 
