@@ -77,8 +77,10 @@
 -- flags_of's for ARGV[1]. A Function library keeps them from call to call, so a policy set's
 -- argument is parsed and checked once per node rather than on every call (a memo of a pure
 -- parse: the same text always gives the same answer); with EVALSHA they live one call. At
--- most MEMO_MAX entries each; then a table starts over.
-local SETS, SET_COUNT, FLAGS, FLAG_COUNT, MEMO_MAX = {}, 0, {}, 0, 1000
+-- most MEMO_MAX entries (FLAGS_MAX for FLAGS, whose texts carry the cost: a service with
+-- many costs must not grow the library's heap, which every collection walks); then a table
+-- starts over.
+local SETS, SET_COUNT, FLAGS, FLAG_COUNT, MEMO_MAX, FLAGS_MAX = {}, 0, {}, 0, 1000, 64
 
 -- The policy of the parameters params ("alg.L.P.B", digits only, so s + 0 reads them in
 -- decimal, as nat; bounded by policy_of) and name, or nil.
@@ -156,7 +158,7 @@ local function flags_of(text)
   -- fast: a check under the defaults when the key has no configuration (see check)
   local f = {op, mode, ttl, cost = cost, time = time, fast = op == 'check' and mode == 'defaults'}
   if not time then
-    if FLAG_COUNT >= MEMO_MAX then FLAGS, FLAG_COUNT = {}, 0 end
+    if FLAG_COUNT >= FLAGS_MAX then FLAGS, FLAG_COUNT = {}, 0 end
     FLAGS[text], FLAG_COUNT = f, FLAG_COUNT + 1
   end
   return f
