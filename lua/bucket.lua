@@ -8,19 +8,9 @@
 -- The debt of a bucket state (token, leaky or GCRA, under parameters q) at now, which is
 -- not before the state's last update: at most B * P, and no intermediate above it.
 local function debt_now(q, st, now)
-  local elapsed = now - st.updated
-  local D
-  if q.alg == 2 then
-    -- TAT - now = (ahead - elapsed) + frac / L, with 0 <= frac < L: negative (nothing owed)
-    -- once elapsed > ahead.
-    if elapsed > st.ahead then return 0 end
-    D = (st.ahead - elapsed) * q.L + st.frac
-  else
-    D = st.debt
-    if elapsed >= ceildiv(D, q.L) then return 0 end
-    D = D - elapsed * q.L
-  end
-  return min(D, q.B * q.P)
+  local D = st.debt
+  if now - st.updated >= ceildiv(D, q.L) then return 0 end
+  return min(D - (now - st.updated) * q.L, q.B * q.P)
 end
 
 -- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now),
@@ -52,14 +42,10 @@ local function debt_decide(p, D, c, leaky, out, o)
   return retry == 0, after / L
 end
 
--- A bucket state of policy p holding debt D at now. The GCRA's TAT is kept relative to now
--- (now + ahead + frac / L), never as an absolute time: that would pass 2^53 when now is near
--- it.
-local function debt_state(p, D, now)
-  if p.alg == 2 then
-    local ahead, f = divmod(D, p.L)
-    return {updated = now, ahead = ahead, frac = f}
-  end
+-- A bucket state (token, leaky or GCRA) holding debt D at now. The GCRA's TAT is kept
+-- relative to the update (updated + D / L ms), never as an absolute time: that would pass
+-- 2^53 when now is near it.
+local function debt_state(D, now)
   return {updated = now, debt = D}
 end
 
@@ -79,18 +65,13 @@ local function bucket(leaky)
     end,
     -- In place: st (in p's terms, read by this call only) is not used again.
     admitted = function(p, st, now)
-      if p.alg == 2 then
-        local f = p.after % p.L
-        st.updated, st.ahead, st.frac = now, (p.after - f) / p.L, f
-      else
-        st.updated, st.debt = now, p.after
-      end
+      st.updated, st.debt = now, p.after
       return st
     end,
     refund = function(p, st, now, c)
       local D = debt_now(p, st, now) - min(c, p.B) * p.P
       if D < 0 then D = 0 end
-      return debt_state(p, D, now)
+      return debt_state(D, now)
     end,
     encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.debt) end,
   }

@@ -17,19 +17,20 @@
 --         ~cfg (o = its override, lines "alg L P B name"; t = its tier; v = its version), read
 --         only when the state string does not say there is none (a fresh key: one EXISTS),
 --         and a sliding log's list <prefix>:{<tag>}~log:f3:<policy name>.
--- ARGV[1] the time in ms since the epoch, or '' to use the server's TIME (production)
--- ARGV[2] the cost (check, refund), 0 <= cost <= 2^53 - 1; 0 is a query
--- ARGV[3] "<op> <unconfigured> <least TTL>": op 'check', 'refund' or 'reset'; for a key
---         without configuration 'defaults', 'deny' or 'allow'; the least TTL in ms of a
---         written key (0; 600000 with explicit simulation time)
--- ARGV[4] and on: one argument per policy set, the defaults first, then the tiers: its tier
+-- ARGV[1] "<op> <unconfigured> <least TTL> <cost>[ <time>]": op 'check', 'refund' or
+--         'reset'; for a key without configuration 'defaults', 'deny' or 'allow'; the least
+--         TTL in ms of a written key (0; 600000 with explicit simulation time); the cost
+--         (check, refund), 0 <= cost <= 2^53 - 1, 0 a query; and the time in ms since the
+--         epoch, absent to use the server's TIME (production). One argument: the common
+--         case's text is the same on every call, so a Function library parses it once.
+-- ARGV[2] and on: one argument per policy set, the defaults first, then the tiers: its tier
 --         name ('' for the defaults), then per policy a line "\n<alg.L.P.B> <name>": its
 --         parameters (algorithm id: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window,
 --         5 sliding log, 6 sliding window; limit L; period P in ms; capacity: burst B for
 --         buckets, L for windows), the very text its stored state begins with, and its name
 --         (names and tiers hold no line break). The caller encodes a set once; a Function
---         library parses each set (and ARGV[3]) once per node (see SETS), so a call costs
---         one key, four arguments and a table look-up whatever its policies.
+--         library parses each set (and ARGV[1]) once per node (see SETS), so a call costs
+--         one key, two arguments and a table look-up whatever its policies.
 --
 -- Design (issue 15): the common case makes three Redis calls whatever the number of
 -- policies — TIME, GET and SET .. PX of the one string (fast.lua) — where one key per policy
@@ -65,16 +66,21 @@
 -- retry -1 (with num 0, den 1) is never; the policy admits exactly when retry is 0 (a
 -- denial's retry is always above 0). refund and reset answer as a query (cost 0) made
 -- after them.
+-- The compact reply of the common case (fast.lua: the defaults applied, version 0) drops
+-- version and applied and gives -1 - now in now's place: {-1 - now, then per policy its
+-- result}. A first value below 0 marks it (now is never below 0).
 
 -- Every piece below is a top-level function taking what it needs as arguments: a call creates
 -- no closure.
 
 -- Parsed arguments by their text: SETS[text] is set_of's answer for a policy set, FLAGS[text]
--- flags_of's for ARGV[3]. A Function library keeps them from call to call, so a policy set's
+-- flags_of's for ARGV[1]. A Function library keeps them from call to call, so a policy set's
 -- argument is parsed and checked once per node rather than on every call (a memo of a pure
 -- parse: the same text always gives the same answer); with EVALSHA they live one call. At
--- most MEMO_MAX entries each; then a table starts over.
-local SETS, SET_COUNT, FLAGS, FLAG_COUNT, MEMO_MAX = {}, 0, {}, 0, 1000
+-- most MEMO_MAX entries (FLAGS_MAX for FLAGS, whose texts carry the cost: a service with
+-- many costs must not grow the library's heap, which every collection walks); then a table
+-- starts over.
+local SETS, SET_COUNT, FLAGS, FLAG_COUNT, MEMO_MAX, FLAGS_MAX = {}, 0, {}, 0, 1000, 64
 
 -- The policy of the parameters params ("alg.L.P.B", digits only, so s + 0 reads them in
 -- decimal, as nat; bounded by policy_of) and name, or nil.
@@ -127,23 +133,34 @@ local function set_of(text)
   end
   -- defaults: the fast path may decide this set when it is the defaults'.
   set.defaults = set.fast and tier == ''
+  set.count = #set
   if SET_COUNT >= MEMO_MAX then SETS, SET_COUNT = {}, 0 end
   SETS[text], SET_COUNT = set, SET_COUNT + 1
   return set
 end
 
--- ARGV[3]: {op, unconfigured, least TTL}, or nil when it is malformed.
+-- ARGV[1]: {op, unconfigured, least TTL, cost = the cost, time = the time or nil (the
+-- server's TIME), fast = a check under the defaults}, or nil when it is malformed. Texts
+-- with an explicit time (simulations: one per call) are not kept.
 local OPS = {check = true, refund = true, reset = true}
 local MODES = {defaults = true, deny = true, allow = true}
 local function flags_of(text)
-  local f = FLAGS[text]
-  if f then return f end
-  local op, mode, ttl = match(text, '^(%l+) (%l+) (%d+)$')
-  if not op or not OPS[op] or not MODES[mode] or not nat(ttl) then return nil end
+  local op, mode, ttl, cost, time = match(text, '^(%l+) (%l+) (%d+) (%d+)(.*)$')
+  if not op or not OPS[op] or not MODES[mode] then return nil end
+  ttl, cost = nat(ttl), nat(cost)
+  if not ttl or not cost then return nil end
+  if time ~= '' then
+    time = nat(match(time, '^ (%d+)$'))
+    if not time then return nil end
+  else
+    time = nil
+  end
   -- fast: a check under the defaults when the key has no configuration (see check)
-  f = {op, mode, ttl + 0, fast = op == 'check' and mode == 'defaults'}
-  if FLAG_COUNT >= MEMO_MAX then FLAGS, FLAG_COUNT = {}, 0 end
-  FLAGS[text], FLAG_COUNT = f, FLAG_COUNT + 1
+  local f = {op, mode, ttl, cost = cost, time = time, fast = op == 'check' and mode == 'defaults'}
+  if not time then
+    if FLAG_COUNT >= FLAGS_MAX then FLAGS, FLAG_COUNT = {}, 0 end
+    FLAGS[text], FLAG_COUNT = f, FLAG_COUNT + 1
+  end
   return f
 end
 
@@ -160,30 +177,20 @@ local function with_keys(set, base)
   return set
 end
 
--- The set of tier in ARGV (tier nil: the defaults, ARGV[4]); false when no set has that
+-- The set of tier in ARGV (tier nil: the defaults, ARGV[2]); false when no set has that
 -- tier; nil and the argument's index for a malformed set.
 local function find_set(ARGV, tier)
   if not tier then
-    local set = ARGV[4] and set_of(ARGV[4])
-    if not set or set.tier ~= '' then return nil, 4 end
+    local set = ARGV[2] and set_of(ARGV[2])
+    if not set or set.tier ~= '' then return nil, 2 end
     return set
   end
-  for i = 5, #ARGV do
+  for i = 3, #ARGV do
     local set = set_of(ARGV[i])
     if not set or set.tier == '' then return nil, i end
     if set.tier == tier then return set end
   end
   return false
-end
-
--- An argument's integer, read as nat reads one (ARGV holds strings only: a missing one is
--- nil), without nat's type check.
-local function int_arg(s)
-  if s and find(s, '^%d+$') then
-    local n = s + 0
-    if n <= MAX_EXACT then return n end
-  end
-  return nil
 end
 
 -- A refund or a reset bumps the key's version (out[2]), once every state it needs was read
@@ -250,28 +257,26 @@ local function cfgkey_of(key)
   return string.sub(key, 1, -#FORMAT_SUFFIX - 1) .. '~cfg'
 end
 
+-- The server's last TIME seconds (a string) and them in ms.
+local TIME_S, TIME_MS = nil, 0
+
 local function check(KEYS, ARGV)
   if not match then bind() end
-  local now
-  local t_arg = ARGV[1]
-  if t_arg == '' then
-    -- The server's own reply, two decimal integers (seconds, microseconds): read by
-    -- arithmetic directly, as nat would read them.
-    local t = redis.call('TIME')
-    local us = t[2] + 0
-    local r = us % 1000
-    now = t[1] * 1000 + (us - r) / 1000
-  else
-    now = int_arg(t_arg)
-  end
-  -- A cost of 1, the most common, without a pattern match.
-  local cost = ARGV[2]
-  if cost == '1' then cost = 1 else cost = int_arg(cost) end
-  local flags = ARGV[3]
-  flags = FLAGS[flags or false] or (flags and flags_of(flags))
-  local key = KEYS[1]
-  if not now or not cost or not flags or not key then
+  local text, key = ARGV[1], KEYS[1]
+  local flags = FLAGS[text or false] or (text and flags_of(text))
+  if not flags or not key then
     return redis.error_reply('TURNSTILE_ARGS malformed arguments')
+  end
+  local now, cost = flags.time, flags.cost
+  if not now then
+    -- The server's own reply, two decimal integers (seconds, microseconds): read by
+    -- arithmetic directly, as nat would read them; the seconds' product is kept while they
+    -- stay the same (the same text: one comparison of interned strings).
+    local t = redis.call('TIME')
+    local s, us = t[1], t[2] + 0
+    if s ~= TIME_S then TIME_S, TIME_MS = s, s * 1000 end
+    local r = us % 1000
+    now = TIME_MS + (us - r) / 1000
   end
 
   -- The common case first (fast.lua): a check under the defaults' set (parsed before: its
@@ -279,7 +284,7 @@ local function check(KEYS, ARGV)
   -- without one; anything else, or fast_check's nil, takes the general path below.
   if flags.fast then
     -- (With EVALSHA the memo is empty at every call: the set is parsed here.)
-    local set = SETS[ARGV[4]] or (ARGV[4] and set_of(ARGV[4]))
+    local set = SETS[ARGV[2]] or (ARGV[2] and set_of(ARGV[2]))
     if set and set.defaults then
       local out = fast_check(set, key, now, cost, flags[3], cfgkey_of)
       if out then return out end

@@ -7,7 +7,7 @@
 -- (the header, then per policy its parameter text, exactly its algorithm's count of numbers
 -- — digits only, so s + 0 reads them in decimal, as nat — and its name), the algorithms'
 -- arithmetic written straight into the reply, and, when every policy admits a cost above 0,
--- one SET .. PX of the whole string with the largest of the policies' TTLs. It creates no
+-- one PSETEX of the whole string with the largest of the policies' TTLs. It creates no
 -- table but the reply (and, for several policies, the match's captures).
 --
 -- Anything else — a header 'c' (the key has or had a configuration), a state under other
@@ -20,6 +20,7 @@
 -- A set's policy made ready for the fast path (from spec_of): the anchored pattern of its
 -- stored state (its parameter text, then exactly its algorithm's count of numbers), its
 -- reply's width, and the bounds its states are checked against. A sliding log is not.
+local FAST -- the algorithms' fast decisions by id (below)
 local function fast_spec(p)
   if p.alg == 5 then return end
   -- The policy's line in the state string (states.lua): "\n<params>|<numbers>\t<name>", as a
@@ -32,144 +33,159 @@ local function fast_spec(p)
   p.fmt = '\n' .. p.params .. '|' .. nums .. '\t' .. string.gsub(p.name, '%%', '%%%%')
   p.fmt0 = '0' .. p.fmt
   p.BP = p.B * p.P
-  -- GCRA: the most a state may be ahead (ahead * L + frac <= B * P).
-  p.most, p.most_frac = divmod(p.BP, p.L)
   p.leaky = p.alg == 3
+  p.fast = FAST[p.alg]
 end
 
--- Decides policy p at now for cost c on its stored numbers n1 .. n4 (the match's captures,
--- digit strings; n1 nil: no state), writing its values at out[o + 1 ..]. Returns whether it
--- admits, the TTL its state needs (ttl_of(min_ttl, reset_after)), and its line formatted
+-- The fast path's decisions, one function per algorithm (p.fast, set by fast_spec): each
+-- decides policy p at now for cost c on its stored numbers n1 .. n3 (the match's captures,
+-- digit strings; n1 nil: no state), writes its values at out[o + 1 ..], and returns whether
+-- it admits, the TTL its state needs (ttl_of(min_ttl, reset_after)), and its line formatted
 -- with fmt (p.fmt or p.fmt0) when it admits c > 0 (else nil); or nil when the numbers are
 -- not a state (the general path reports it).
-local function fast_decide(p, n1, n2, n3, n4, now, c, min_ttl, out, o, fmt)
-  local alg, L, P = p.alg, p.L, p.P
-  local raw, t = n1, now
-  if raw then
+
+-- Each returns its TTL as ttl_of(min_ttl, reset) does, written out (no call).
+
+-- Token bucket, GCRA and leaky bucket: updated, debt <= B * P. Refilled: 0 once elapsed * L
+-- >= debt (a product past 2^53 rounds to a double at least debt, rounding being monotonic:
+-- the comparison is exact), else debt - elapsed * L, below 2^53 and exact. Then bucket.lua's
+-- debt_decide on that debt D (at most B * P).
+local function fast_bucket(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
+  local B, P, L = p.B, p.P, p.L
+  local t, D = now, 0
+  if n1 then
     n1, n2 = n1 + 0, n2 + 0
-    if n1 > MAX_EXACT or n2 > MAX_EXACT then return nil end
+    if n1 > MAX_EXACT or n2 > p.BP then return nil end
+    if n1 > now then t = n1 end
+    local refill = (t - n1) * L
+    if refill < n2 then D = n2 - refill end
+  end
+  local retry, after, delay = -1, D, 0
+  if c == 0 then
+    retry, delay = 0, D
+  elseif c <= B then
+    local room = (B - c) * P
+    if D <= room then
+      after, retry, delay = D + c * P, 0, D
+    else
+      retry = D - room
+    end
+  end
+  local r = after % P
+  local used = (after - r) / P
+  if r > 0 then used = used + 1 end
+  out[o + 1], out[o + 2], out[o + 3] = retry, B - used, after
+  if p.leaky then out[o + 4] = delay end
+  r = after % L
+  local ttl = (after - r) / L
+  if r > 0 then ttl = ttl + 1 end
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
+  if retry ~= 0 then return false, ttl end
+  if c == 0 then return true, ttl end
+  return true, ttl, format(fmt, t, after)
+end
+
+-- fixed_window.lua: updated, n; n <= L, counted in updated's window.
+local function fast_fixed(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
+  local L, P, t = p.L, p.P, now
+  local n = 0
+  if n1 then
+    n1, n2 = n1 + 0, n2 + 0
+    if n1 > MAX_EXACT or n2 > L then return nil end
     if n1 > now then t = n1 end
   end
-  local ok, reset, value
-  if alg <= 3 then
-    local B, D = p.B, 0
-    if alg == 2 then
-      if raw then
-        -- updated, ahead, frac: 0 <= frac < L, ahead * L + frac <= B * P (gcra.lua's parse).
-        n3 = n3 + 0
-        local most = p.most
-        if n3 >= L or n2 > most or (n2 == most and n3 > p.most_frac) then return nil end
-        local elapsed = t - n1
-        if elapsed <= n2 then D = (n2 - elapsed) * L + n3 end
-      end
-    elseif raw then
-      -- updated, debt <= B * P. Refilled: 0 once elapsed * L >= debt (a product past 2^53
-      -- rounds to a double at least debt, rounding being monotonic: the comparison is exact),
-      -- else debt - elapsed * L, below 2^53 and exact.
-      if n2 > p.BP then return nil end
-      local refill = (t - n1) * L
-      if refill < n2 then D = n2 - refill end
+  local e = t % P
+  if n1 and n1 - n1 % P == t - e then n = n2 end
+  local retry, k = -1, n
+  if c == 0 then
+    retry = 0
+  elseif c <= L then
+    if n <= L - c then
+      retry, k = 0, n + c
+    else
+      retry = P - e
     end
-    -- bucket.lua's debt_decide on D (at most B * P).
-    local retry, after, delay = -1, D, 0
-    if c == 0 then
-      retry, delay = 0, D
-    elseif c <= B then
-      local room = (B - c) * P
-      if D <= room then
-        after = D + c * P
-        retry, delay = 0, D
-      else
-        retry = D - room
-      end
-    end
-    local r = after % P
-    local used = (after - r) / P
-    if r > 0 then used = used + 1 end
-    out[o + 1], out[o + 2], out[o + 3] = retry, B - used, after
-    if p.leaky then out[o + 4] = delay end
-    r = after % L
-    reset = (after - r) / L
-    if r > 0 then reset = reset + 1 end
-    ok = retry == 0
-    if ok and c > 0 then
-      if alg == 2 then
-        r = after % L
-        value = format(fmt, t, (after - r) / L, r)
-      else
-        value = format(fmt, t, after)
-      end
-    end
-  elseif alg == 4 then
-    -- fixed_window.lua: updated, w, n; w the window of updated, n <= L.
-    local e = t % P
-    local w = (t - e) / P
-    local n = 0
-    if raw then
-      n3 = n3 + 0
-      if n3 > MAX_EXACT or n2 ~= (n1 - n1 % P) / P or n3 > L then return nil end
-      if n2 == w then n = n3 end
-    end
-    local retry, k = -1, n
-    if c == 0 then
-      retry = 0
-    elseif c <= L then
-      if n <= L - c then
-        retry, k = 0, n + c
-      else
-        retry = P - e
-      end
-    end
-    reset = 0
-    if k > 0 then reset = P - e end
-    out[o + 1], out[o + 2], out[o + 3] = retry, L - k, reset
-    ok = retry == 0
-    if ok and c > 0 then value = format(fmt, t, w, k) end
-  else
-    -- sliding_window.lua: updated, w, cur, prev; w the window of updated, both counts <= L.
-    local e = t % P
-    local w = (t - e) / P
-    local n, m = 0, 0
-    if raw then
-      n3, n4 = n3 + 0, n4 + 0
-      if n3 > MAX_EXACT or n4 > MAX_EXACT or n2 ~= (n1 - n1 % P) / P or n3 > L or n4 > L then
-        return nil
-      end
-      if n2 == w then n, m = n3, n4 elseif n2 + 1 == w then m = n3 end
-    end
-    local weighted = m * (P - e)
-    local rw, rn, rd, k = -1, 0, 1, n
-    if c == 0 then
-      rw = 0
-    elseif c <= L then
-      if n + c > L then
-        local num = P * (n + c - L)
-        rn, rd = num % n, n
-        rw = (num - rn) / n + (P - e)
-      elseif weighted <= (L - n - c) * P then
-        rw, k = 0, n + c
-      else
-        local num = weighted - (L - n - c) * P
-        rn, rd = num % m, m
-        rw = (num - rn) / m
-      end
-    end
-    reset = 0
-    if k > 0 then reset = 2 * P - e elseif m > 0 then reset = P - e end
-    out[o + 1], out[o + 2], out[o + 3] = rw, rn, rd
-    out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
-    ok = rw == 0 and rn == 0
-    if ok and c > 0 then value = format(fmt, t, w, k, m) end
   end
-  if reset < min_ttl then reset = min_ttl end
-  if reset < 1 then reset = 1 end
-  return ok, reset, value
+  local reset = 0
+  if k > 0 then reset = P - e end
+  out[o + 1], out[o + 2], out[o + 3] = retry, L - k, reset
+  local ttl = reset
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
+  if retry ~= 0 then return false, ttl end
+  if c == 0 then return true, ttl end
+  return true, ttl, format(fmt, t, k)
+end
+
+-- sliding_window.lua: updated, cur, prev; both counts <= L, cur counted in updated's window.
+local function fast_sliding(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
+  local L, P, t = p.L, p.P, now
+  local n, m = 0, 0
+  if n1 then
+    n1, n2, n3 = n1 + 0, n2 + 0, n3 + 0
+    if n1 > MAX_EXACT or n2 > L or n3 > L then return nil end
+    if n1 > now then t = n1 end
+  end
+  local e = t % P
+  local w = (t - e) / P
+  if n1 then
+    local r = n1 % P
+    local v = (n1 - r) / P
+    if v == w then n, m = n2, n3 elseif v + 1 == w then m = n2 end
+  end
+  local weighted = m * (P - e)
+  local rw, rn, rd, k = -1, 0, 1, n
+  if c == 0 then
+    rw = 0
+  elseif c <= L then
+    if n + c > L then
+      local num = P * (n + c - L)
+      rn, rd = num % n, n
+      rw = (num - rn) / n + (P - e)
+    elseif weighted <= (L - n - c) * P then
+      rw, k = 0, n + c
+    else
+      local num = weighted - (L - n - c) * P
+      rn, rd = num % m, m
+      rw = (num - rn) / m
+    end
+  end
+  local reset = 0
+  if k > 0 then reset = 2 * P - e elseif m > 0 then reset = P - e end
+  out[o + 1], out[o + 2], out[o + 3] = rw, rn, rd
+  out[o + 4], out[o + 5] = sliding_remaining(L, P, weighted, k), reset
+  local ttl = reset
+  if ttl < min_ttl then ttl = min_ttl end
+  if ttl < 1 then ttl = 1 end
+  if rw ~= 0 or rn ~= 0 then return false, ttl end
+  if c == 0 then return true, ttl end
+  return true, ttl, format(fmt, t, k, m)
+end
+
+FAST = {fast_bucket, fast_bucket, fast_bucket, fast_fixed, nil, fast_sliding}
+
+-- A reply of n values (n >= 4), head first, the rest 0, made at (about) its size at once:
+-- Redis reads a reply up to its first nil, so the slots past n are cut off by one.
+local function new_reply(n, head)
+  if n == 4 then return {head, 0, 0, 0} end
+  if n == 5 then return {head, 0, 0, 0, 0} end
+  if n == 6 then return {head, 0, 0, 0, 0, 0} end
+  local out
+  if n <= 8 then
+    out = {head, 0, 0, 0, 0, 0, 0, 0}
+  else
+    out = {head, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  end
+  out[n + 1] = nil
+  return out
 end
 
 -- The reply of a check of set's policies (set.fast: no sliding log, at most 32 numbers) on
 -- the state string at key (KEYS[1]) at now for cost, or nil for the general path (nothing
 -- written then). cfgkey(key) is the configuration hash's key, read only for a fresh key.
--- width is the reply's length; the reply table is made at (about) its size at once.
+-- The reply is the compact one (check.lua's header): -1 - now (the defaults applied,
+-- version 0), then each policy's values.
 local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   local raw = redis.pcall('GET', key)
   if raw then
@@ -179,32 +195,30 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   elseif redis.call('EXISTS', cfgkey(key)) ~= 0 then
     return nil
   end
-  local width, out = set.width, nil
-  -- Redis reads a reply up to its first nil: the slots past width are cut off by one.
-  if width == 6 then
-    out = {now, 0, 0, 0, 0, 0}
-  elseif width <= 8 then
-    out = {now, 0, 0, 0, 0, 0, 0, 0}
-    if width < 8 then out[width + 1] = nil end
-  else
-    out = {now, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-    if width < 20 then out[width + 1] = nil end
-  end
-  local count = #set
+  local count = set.count
   if count == 1 then
-    local p = set[1]
-    local n1, n2, n3, n4
+    local p, out = set[1], nil
+    local width = p.a.width
+    if width == 3 then
+      out = {-1 - now, 0, 0, 0}
+    elseif width == 4 then
+      out = {-1 - now, 0, 0, 0, 0}
+    else
+      out = {-1 - now, 0, 0, 0, 0, 0}
+    end
+    local n1, n2, n3
     if raw then
-      n1, n2, n3, n4 = match(raw, set.pat)
+      n1, n2, n3 = match(raw, set.pat)
       if not n1 then return nil end
     end
-    local ok, ttl, value = fast_decide(p, n1, n2, n3, n4, now, cost, min_ttl, out, 3, p.fmt0)
+    local ok, ttl, value = p.fast(p, n1, n2, n3, now, cost, min_ttl, out, 1, p.fmt0)
     if ok == nil then return nil end
-    if value then redis.call('SET', key, value, 'PX', format('%d', ttl)) end
+    if value then redis.call('PSETEX', key, format('%d', ttl), value) end
     return out
   end
   -- Every policy decided first (its TTL, line and captures' offset kept on its cached
   -- table: fields, no new table); then the string stored only if all admit.
+  local out = new_reply(set.width - 2, -1 - now)
   local caps
   if raw then
     caps = {match(raw, set.pat)}
@@ -212,11 +226,11 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   else
     caps = set.none
   end
-  local all, o, k, most = true, 3, 1, 0
+  local all, o, k, most = true, 1, 1, 0
   for i = 1, count do
     local p = set[i]
-    local ok, ttl, value = fast_decide(p, caps[k], caps[k + 1], caps[k + 2], caps[k + 3], now,
-      cost, min_ttl, out, o, p.fmt)
+    local ok, ttl, value = p.fast(p, caps[k], caps[k + 1], caps[k + 2], now, cost, min_ttl, out,
+      o, p.fmt)
     if ok == nil then return nil end
     if not ok then all = false end
     if ttl > most then most = ttl end
@@ -227,15 +241,14 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     if all then
       local value = '0'
       for i = 1, count do value = value .. set[i].value end
-      redis.call('SET', key, value, 'PX', format('%d', most))
+      redis.call('PSETEX', key, format('%d', most), value)
     else
       for i = 1, count do
         local p = set[i]
         if p.ok then
           -- Denied overall: this policy as if nothing were consumed.
           local k = p.fk
-          fast_decide(p, caps[k], caps[k + 1], caps[k + 2], caps[k + 3], now, 0, min_ttl, out,
-            p.fo, p.fmt)
+          p.fast(p, caps[k], caps[k + 1], caps[k + 2], now, 0, min_ttl, out, p.fo, p.fmt)
           if p.leaky then out[p.fo + 4] = 0 end
         end
       end

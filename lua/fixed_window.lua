@@ -1,15 +1,16 @@
 -- turnstile: fixed window (id 4). Window index w = floor(now / P) from the epoch.
 --
--- State at KEY: "alg.L.P.B|updated_ms|w|n", n the units admitted in window w.
+-- State at KEY: "alg.L.P.B|updated_ms|n", n the units admitted in updated_ms's window
+-- w = floor(updated_ms / P).
 
 MAKE[4] = function() return {
-  fields = 3,
+  fields = 2,
   width = 3,
   fresh = function() return {updated = 0, w = -1, n = 0} end,
-  parse = function(q, updated, w, n)
-    -- Written at updated_ms, so in its window; never more than L.
-    if w ~= divmod(updated, q.P) or n > q.L then return nil end
-    return {updated = updated, w = w, n = n}
+  parse = function(q, updated, n)
+    -- Never more than L.
+    if n > q.L then return nil end
+    return {updated = updated, w = divmod(updated, q.P), n = n}
   end,
   -- Writes retry (-1: never), remaining and reset, in whole ms.
   decide = function(p, st, now, c, out, o)
@@ -49,5 +50,5 @@ MAKE[4] = function() return {
     if n < 0 then n = 0 end
     return {updated = now, w = w, n = n}
   end,
-  encode = function(params, st) return format('%s|%d|%d|%d', params, st.updated, st.w, st.n) end,
+  encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.n) end,
 } end

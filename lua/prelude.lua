@@ -88,12 +88,15 @@ end
 
 -- The version of the stored states' format, part of every state and log key whatever the
 -- prefix (keys::STATE_FORMAT on the Rust side): a release that stores states differently
--- uses other keys, so no release ever reads another's format. 'f3': all of a client key's
--- policy states in one string at <prefix>:{<tag>}:f3, after a header saying whether the key
--- had a configuration when it was written (states.lua). Before it, 'f2' kept one key per
--- policy (<prefix>:{<tag>}:f2:<name>), and format 1 (unversioned keys) GCRA's TAT absolute.
+-- uses other keys, so no release ever reads another's format. 'f4': all of a client key's
+-- policy states in one string at <prefix>:{<tag>}:f4, after a header saying whether the key
+-- had a configuration when it was written (states.lua), GCRA's state the token bucket's
+-- (updated, debt) and the windows' without their window index (it is updated's). Before it,
+-- 'f3' had the same layout with GCRA's state as updated, ahead, frac and the windows' index
+-- stored, 'f2' kept one key per policy (<prefix>:{<tag>}:f2:<name>), and format 1
+-- (unversioned keys) GCRA's TAT absolute.
 -- Configurations (~cfg) keep their key: their format is unchanged.
-local STATE_FORMAT = 'f3'
+local STATE_FORMAT = 'f4'
 -- The state string's key is the key base and this suffix.
 local FORMAT_SUFFIX = ':' .. STATE_FORMAT
 

@@ -3,7 +3,8 @@
 -- est = m * (P - e) / P + n. Admit iff est + c <= L: deny at once when n + c > L, else
 -- compare m * (P - e) <= (L - n - c) * P, so nothing exceeds L * P.
 --
--- State at KEY: "alg.L.P.B|updated_ms|w|n|m".
+-- State at KEY: "alg.L.P.B|updated_ms|n|m", n counted in updated_ms's window
+-- w = floor(updated_ms / P), m in the one before.
 
 -- The (current, previous) counts of a sliding state (period P) seen from window w.
 local function sliding_counts(st, w)
@@ -22,13 +23,13 @@ local function sliding_remaining(L, P, weighted, k)
 end
 
 MAKE[6] = function() return {
-  fields = 4,
+  fields = 3,
   width = 5,
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
-  parse = function(q, updated, w, cur, prev)
-    -- Written at updated_ms, so in its window; neither count ever more than L.
-    if w ~= divmod(updated, q.P) or cur > q.L or prev > q.L then return nil end
-    return {updated = updated, w = w, cur = cur, prev = prev}
+  parse = function(q, updated, cur, prev)
+    -- Neither count ever more than L.
+    if cur > q.L or prev > q.L then return nil end
+    return {updated = updated, w = divmod(updated, q.P), cur = cur, prev = prev}
   end,
   -- Writes retry as whole, num, den (whole + num / den ms; -1, 0, 1: never), remaining, and
   -- reset in whole ms.
@@ -78,6 +79,6 @@ MAKE[6] = function() return {
     return {updated = now, w = w, cur = n - take, prev = m}
   end,
   encode = function(params, st)
-    return format('%s|%d|%d|%d|%d', params, st.updated, st.w, st.cur, st.prev)
+    return format('%s|%d|%d|%d', params, st.updated, st.cur, st.prev)
   end,
 } end

@@ -67,7 +67,7 @@ local function carry(q, p, st, t)
   if is_bucket(q.alg) and is_bucket(p.alg) then
     local units = min(ceildiv(debt_now(q, st, t), q.P), p.B)
     if units == 0 then return fresh_at(p, t) end
-    return debt_state(p, units * p.P, t)
+    return debt_state(units * p.P, t)
   elseif q.alg == 4 and p.alg == 4 then
     local count = 0
     if st.w == divmod(t, q.P) then count = st.n end

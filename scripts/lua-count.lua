@@ -13,8 +13,8 @@
 --
 -- usage: lua5.1 scripts/lua-count.lua SCRIPT CALLS KEY ARGS...   ('' for an empty argument)
 -- e.g.   redis_bench library > /tmp/library.lua     (or: redis_bench script > /tmp/check.lua)
---        lua5.1 scripts/lua-count.lua /tmp/library.lua 2000 'turnstile:v1:{k__rand_int__}:f3' \
---          "''" 1 'check defaults 0' $'\n1.1.1000.1000000000 p'
+--        lua5.1 scripts/lua-count.lua /tmp/library.lua 2000 'turnstile:v1:{k__rand_int__}:f4' \
+--          'check defaults 0 1' $'\n1.1.1000.1000000000 p'
 local path, calls = arg[1], tonumber(arg[2])
 local src = io.open(path):read('*a')
 local db, clock = {}, 1796058000000000

@@ -45,7 +45,7 @@ if [ -n "${LIBRARY_LUA:-}" ]; then cp "$LIBRARY_LUA" "$OUT/library.lua"; else "$
 TAG='00000000000000000000__rand_int__'
 # The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
 # space and '^' for a line break inside an argument (see unword), '' for an empty one.
-HEAD="1 turnstile:v1:{$TAG}:f3 '' 1 check+defaults+0"
+HEAD="1 turnstile:v1:{$TAG}:f4 check+defaults+0+1"
 unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
   ARGV_OUT=()
   local a
@@ -80,9 +80,17 @@ count() {  # name: prints instructions per call
   for _ in $(seq 600); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
   local R=(redis-cli -p "$port")
   local empty gcra check lib
+  # Only the row's own script in the EVAL Lua state, as on a server that runs only it
+  # (other scripts' code there costs every call more garbage-collector work).
   empty=$("${R[@]}" SCRIPT LOAD 'return 1')
   gcra=$("${R[@]}" -x SCRIPT LOAD <"$GCRA_LUA")
   check=$("${R[@]}" -x SCRIPT LOAD <"$OUT/check.lua")
+  "${R[@]}" SCRIPT FLUSH >/dev/null
+  case $name in
+    empty) "${R[@]}" SCRIPT LOAD 'return 1' >/dev/null ;;
+    gcra.lua) "${R[@]}" -x SCRIPT LOAD <"$GCRA_LUA" >/dev/null ;;
+    *-evalsha) "${R[@]}" -x SCRIPT LOAD <"$OUT/check.lua" >/dev/null ;;
+  esac
   lib=$("${R[@]}" -x FUNCTION LOAD REPLACE <"$OUT/library.lua")
   local c=${CMD[$name]}
   c=${c/EMPTY/$empty}; c=${c/GCRA/$gcra}; c=${c/CHECK/$check}; c=${c/FN/${lib}_check}

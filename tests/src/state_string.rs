@@ -1,13 +1,14 @@
-//! The shape of a client's state string, format `f3` (see
+//! The shape of a client's state string, format `f4` (see
 //! `crates/turnstile-redis/lua/states.lua`), for tests that read what Redis holds.
 
 use std::collections::HashSet;
 
-/// What is wrong with `v` as a state string of format `f3`, or `None` when it is one: a
-/// header `0` or `c`, then one line or more `\n<alg>.<L>.<P>.<B>|<n>[|<n>...]\t<name>`,
-/// every number decimal digits, each name once. Checks the shape only, not whether the
-/// numbers are a state some request leaves (the scripts check that).
-pub fn f3_problem(v: &[u8]) -> Option<String> {
+/// What is wrong with `v` as a state string of format `f4`, or `None` when it is one: a
+/// header `0` or `c`, then one line or more `\n<alg>.<L>.<P>.<B>|<n>|<n>[|<n>]\t<name>`,
+/// as many numbers as the algorithm stores (3 for the sliding window, id 6; 2 for the
+/// others, ids 1 to 5), every number decimal digits, each name once. Checks the shape only,
+/// not whether the numbers are a state some request leaves (the scripts check that).
+pub fn f4_problem(v: &[u8]) -> Option<String> {
     let Ok(text) = std::str::from_utf8(v) else {
         return Some("not UTF-8".into());
     };
@@ -29,7 +30,12 @@ pub fn f3_problem(v: &[u8]) -> Option<String> {
         if params.len() != 4 || !params.iter().all(|s| digits(s)) {
             return Some(format!("line {line:?}: parameters"));
         }
-        if numbers.is_empty() || !numbers.iter().all(|s| digits(s)) {
+        let count = match params[0] {
+            "1" | "2" | "3" | "4" | "5" => 2,
+            "6" => 3,
+            _ => return Some(format!("line {line:?}: algorithm")),
+        };
+        if numbers.len() != count || !numbers.iter().all(|s| digits(s)) {
             return Some(format!("line {line:?}: numbers"));
         }
         if name.is_empty() || !names.insert(name) {
@@ -41,31 +47,34 @@ pub fn f3_problem(v: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::f3_problem;
+    use super::f4_problem;
 
     #[test]
-    fn only_the_f3_shape_passes() {
+    fn only_the_f4_shape_passes() {
         for ok in [
-            "0\n4.5.1000.5|1700000000000|1700000|3\tw",
-            "c\n1.5.1000.5|1|0\tt\n6.5.1000.5|1|1|2|0\ts",
+            "0\n4.5.1000.5|1700000000000|3\tw",
+            "c\n1.5.1000.5|1|0\tt\n6.5.1000.5|1|2|0\ts",
         ] {
-            assert_eq!(f3_problem(ok.as_bytes()), None, "{ok:?}");
+            assert_eq!(f4_problem(ok.as_bytes()), None, "{ok:?}");
         }
         for bad in [
             &b""[..],
             b"0",
-            b"x\n4.5.1000.5|1|0|3\tw",
-            b"0\n4.5.1000.5|1|0|3 w",
-            b"0\n4.5.1000|1|0|3\tw",
+            b"x\n4.5.1000.5|1|3\tw",
+            b"0\n4.5.1000.5|1|3 w",
+            b"0\n4.5.1000|1|3\tw",
             b"0\n4.5.1000.5\tw",
-            b"0\n4.5.1000.5|1|+0|3\tw",
-            b"0\n4.5.1000.5|1|0|3\t",
-            b"0\n4.5.1000.5|1|0|3\tw\n4.5.1000.5|1|0|3\tw",
-            b"0\n4.5.1000.5|1|0|3\tw\n",
-            b"0\n4.5.1000.5|1|0|3\t\xff",
+            b"0\n4.5.1000.5|1|+3\tw",
+            b"0\n4.5.1000.5|1|0|3\tw",
+            b"0\n6.5.1000.5|1|0\tw",
+            b"0\n7.5.1000.5|1|0\tw",
+            b"0\n4.5.1000.5|1|3\t",
+            b"0\n4.5.1000.5|1|3\tw\n4.5.1000.5|1|3\tw",
+            b"0\n4.5.1000.5|1|3\tw\n",
+            b"0\n4.5.1000.5|1|3\t\xff",
         ] {
             assert!(
-                f3_problem(bad).is_some(),
+                f4_problem(bad).is_some(),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );

@@ -11,7 +11,7 @@
 //! every request or gone for every request after the first that saw it gone, never
 //! half-applied. Afterwards decisions are exact again (a fresh key of limit N admits exactly
 //! N of many concurrent requests, each `remaining` once), and every key under the prefix is a
-//! valid `f3` state string or configuration hash.
+//! valid `f4` state string or configuration hash.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use turnstile_core::{Applied, Backend, BackendError, Decision, KeyConfig, Policy, Quotas};
 use turnstile_redis::{library, redis, RedisBackend, ScriptMode};
 use turnstile_tests::redis_server::{command_calls, RedisCluster, RedisServer};
-use turnstile_tests::state_string::f3_problem;
+use turnstile_tests::state_string::f4_problem;
 
 /// Every request's bound.
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -471,7 +471,7 @@ async fn assert_exact_again(b: &RedisBackend, what: &str) {
     assert_eq!(denied, 6 * TASKS - 20, "{what}");
 }
 
-/// Every key under `b`'s prefix is a valid `f3` state string or a configuration hash
+/// Every key under `b`'s prefix is a valid `f4` state string or a configuration hash
 /// (fields `o`, `t`, `v` only), a configured key's string says so (header `c`), and every
 /// client key of the load is checked again without error.
 async fn assert_keys_valid(b: &RedisBackend, masters: &[u16], what: &str) {
@@ -496,11 +496,11 @@ async fn assert_keys_valid(b: &RedisBackend, masters: &[u16], what: &str) {
                     fields.keys().all(|f| ["o", "t", "v"].contains(&f.as_str())),
                     "{what}: {key}: {fields:?}"
                 );
-                configured.insert(format!("{base}:f3"));
-            } else if key.ends_with(":f3") {
+                configured.insert(format!("{base}:f4"));
+            } else if key.ends_with(":f4") {
                 assert_eq!(kind, "string", "{what}: {key}");
                 let v: Vec<u8> = redis::cmd("GET").arg(key).query(&mut conn).unwrap();
-                if let Some(why) = f3_problem(&v) {
+                if let Some(why) = f4_problem(&v) {
                     panic!(
                         "{what}: {key} holds {:?}: {why}",
                         String::from_utf8_lossy(&v)

@@ -1,4 +1,4 @@
-//! Issue 15, state format `f3`: every policy state of a client in one Redis string, whose
+//! Issue 15, state format `f3` (now `f4`): every policy state of a client in one Redis string, whose
 //! header tells the check script whether it may decide without reading the configuration.
 //! These tests pin the invariants that make that safe, through `FCALL` and `EVALSHA` alike:
 //! every change of the configuration (an override or a tier set or removed, a clear, the

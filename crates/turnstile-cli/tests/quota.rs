@@ -158,10 +158,10 @@ fn quota_reset_repairs_a_state_key_holding_garbage() {
         let args = [&["--plain-keys"][..], args, &policy].concat();
         quota(&redis, &prefix, &args)
     };
-    // Plain keys: the service's state string for "alice" (format f3: a header, then a line
+    // Plain keys: the service's state string for "alice" (format f4: a header, then a line
     // "<state>\t<policy name>" per policy), here with the policy "api"'s state garbage, or
     // no state string at all.
-    let state_key = format!("{prefix}:{{k:alice}}:f3");
+    let state_key = format!("{prefix}:{{k:alice}}:f4");
     for garbage in [
         "banana",
         "1.5.60000.5|0x10|0",

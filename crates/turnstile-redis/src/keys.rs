@@ -3,7 +3,7 @@
 //! <policy name>` for a sliding log's list, `<prefix>:{<client key>}~cfg` for a client's
 //! configuration. All of a client's keys share the hash tag, so one Cluster slot.
 //!
-//! Design (issue 15, format `f3`): a check makes `TIME`, `GET <state string>` and `SET ..
+//! Design (issue 15, format `f4`): a check makes `TIME`, `GET <state string>` and `SET ..
 //! PX` whatever the number of policies. The string's header says whether the client had a
 //! configuration hash when it was written: `0` (none: the script may decide from the
 //! string alone) or `c` (it reads the hash). Whatever creates or changes the hash (a
@@ -60,11 +60,13 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The version of the stored states' format, part of every state key whatever the prefix
 /// (`STATE_FORMAT` in `lua/prelude.lua`): a release that stores states differently uses
-/// other keys, so none ever reads another release's format as its own. `f3`: every policy's
-/// state of a client in one string (`f2` kept one key per policy, `<prefix>:{<tag>}:f2:
-/// <policy name>`; format 1 held GCRA's theoretical arrival time absolute, at keys without a
-/// version).
-pub(crate) const STATE_FORMAT: &str = "f3";
+/// other keys, so none ever reads another release's format as its own. `f4`: every policy's
+/// state of a client in one string, GCRA's as the token bucket's (updated, debt) and the
+/// windows' without their window index (`f3` had the same layout with GCRA's state as
+/// updated, ahead, frac and the window index stored; `f2` kept one key per policy,
+/// `<prefix>:{<tag>}:f2:<policy name>`; format 1 held GCRA's theoretical arrival time
+/// absolute, at keys without a version).
+pub(crate) const STATE_FORMAT: &str = "f4";
 
 /// The key of a client's state string: `<prefix>:{<tag>}:<format>`.
 pub(crate) fn states_key(prefix: &str, tag: &str) -> String {
@@ -96,7 +98,7 @@ mod tests {
         assert_eq!(KeyEncoding::Plain.tag("a}b{c%"), "k:a%7Db%7Bc%25");
         assert_eq!(
             states_key("turnstile:v1", &KeyEncoding::Plain.tag("}x")),
-            "turnstile:v1:{k:%7Dx}:f3"
+            "turnstile:v1:{k:%7Dx}:f4"
         );
         assert!(
             crate::script::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))

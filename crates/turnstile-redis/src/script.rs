@@ -146,12 +146,13 @@ pub(crate) fn check_args(
         Unconfigured::Allow => "allow",
         _ => "defaults",
     };
-    inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
-        .arg(cost)
-        .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
-        .arg(&*encoded_set("", sets.defaults, || {
-            policy_set("", sets.defaults)
-        })?);
+    let head = match now_ms {
+        None => format!("{op} {unconfigured} {min_ttl_ms} {cost}"),
+        Some(t) => format!("{op} {unconfigured} {min_ttl_ms} {cost} {t}"),
+    };
+    inv.arg(head).arg(&*encoded_set("", sets.defaults, || {
+        policy_set("", sets.defaults)
+    })?);
     for (tier, policies) in sets.tiers {
         inv.arg(&*encoded_set(tier, policies, || {
             policy_set(tier, policies)
@@ -278,6 +279,16 @@ pub(crate) fn parse_reply(
     reply: &[Value],
     sets: Sets<'_>,
 ) -> Result<(u64, Decision), BackendError> {
+    // The compact reply of the common case: -1 - now, then the defaults' results (version 0).
+    if let [Value::Int(head), rest @ ..] = reply {
+        if *head < 0 {
+            let now = u64::try_from(-1 - *head).map_err(|_| bad("now"))?;
+            return Ok((
+                now,
+                policy_results(Some(sets.defaults), rest, Applied::Defaults, 0)?,
+            ));
+        }
+    }
     let [now, version, applied, rest @ ..] = reply else {
         return Err(bad("too short"));
     };
@@ -309,6 +320,23 @@ pub(crate) fn parse_reply(
         }
         _ => return Err(bad("applied")),
     };
+    let applied = match tier {
+        Some(t) => Applied::Tier(Arc::from(t.as_str())),
+        None if applied == 1 => Applied::Override,
+        None => Applied::Defaults,
+    };
+    Ok((now, policy_results(known, rest, applied, version)?))
+}
+
+/// The decision from the reply's per-policy values `rest`: for `known` policies (the
+/// defaults' or a tier's, the caller's own) their results in order; for an override
+/// (`known` None) each result after the policy's parameters and name.
+fn policy_results(
+    known: Option<&[Policy]>,
+    rest: &[Value],
+    applied: Applied,
+    version: u64,
+) -> Result<Decision, BackendError> {
     let mut decisions = Vec::with_capacity(known.map_or(1, <[Policy]>::len));
     let mut at = 0;
     while at < rest.len() || known.is_some_and(|ps| decisions.len() < ps.len()) {
@@ -340,13 +368,7 @@ pub(crate) fn parse_reply(
     if at != rest.len() || (known.is_none() && decisions.is_empty()) {
         return Err(bad("length"));
     }
-    let decision = Decision::from_policies(decisions);
-    let decision = match tier {
-        Some(t) => decision.with_applied(Applied::Tier(Arc::from(t.as_str())), version),
-        None if applied == 1 => decision.with_applied(Applied::Override, version),
-        None => decision.with_applied(Applied::Defaults, version),
-    };
-    Ok((now, decision))
+    Ok(Decision::from_policies(decisions).with_applied(applied, version))
 }
 
 /// One policy's result from its `result_width(algorithm)` values (see `lua/check.lua`'s
