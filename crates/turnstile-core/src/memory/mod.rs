@@ -314,14 +314,19 @@ impl<C> MemoryBackend<C> {
                 },
                 None => (None, FRESH_WORDS),
             };
-            let id = match stored {
-                // The state must be this policy's, with these parameters (else: carry-over).
-                Some(id) if shard.policies.is(id, policy) => id,
-                Some(_) => break 'fast,
-                None => shard.policies.intern(policy),
-            };
-            let Some(shared) = shard.policies.get(id).cloned() else {
-                break 'fast;
+            // The state must be this policy's, with these parameters (else: carry-over).
+            let (id, shared) = match stored {
+                Some(id) => match shard.policies.get_if(id, policy) {
+                    Some(shared) => (id, shared.clone()),
+                    None => break 'fast,
+                },
+                None => {
+                    let id = shard.policies.intern(policy);
+                    let Some(shared) = shard.policies.get(id).cloned() else {
+                        break 'fast;
+                    };
+                    (id, shared)
+                }
             };
             // Buckets decide on the packed words; fixed windows on the unpacked state.
             let limit = policy.limit();
@@ -442,13 +447,13 @@ impl<C> MemoryBackend<C> {
 
     /// The shard of the key with hash `hash`: from bits 32 to 55, which the table uses
     /// neither for its slot (the low bits) nor for its tags (the top seven), scaled to the
-    /// shard count by a multiplication (no division).
+    /// shard count by a multiplication (no division): below the count, as the 24 bits are
+    /// below 2^24 (and the count below 2^40, so the product fits).
     #[inline]
     fn cell(&self, hash: u64) -> &ShardCell {
         let shards = &self.inner.shards;
-        let bits = u128::from((hash >> 32) & 0xFF_FFFF);
-        let i = (bits * shards.len() as u128) >> 24;
-        &shards[(i as usize).min(shards.len() - 1)]
+        let bits = (hash >> 32) & 0xFF_FFFF;
+        &shards[(bits * shards.len() as u64 >> 24) as usize]
     }
 
     /// Locks the shard of `key`; returns its cell and the key's lookup.
@@ -1004,6 +1009,7 @@ mod tests {
             for e in shard.table.entries() {
                 let base = usize::from(e.head.explicit());
                 let expires_ms = e.head.expires_ms(&shard.policies);
+                assert_eq!(expires_ms, e.head.expires_ms_general(&shard.policies));
                 assert!(shard.bound[base] <= expires_ms, "{base}: {expires_ms}");
                 assert!(cell.bound[base].load(Ordering::Relaxed) <= expires_ms);
             }
