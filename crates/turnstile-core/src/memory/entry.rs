@@ -54,6 +54,15 @@ impl Tag {
     pub(super) fn explicit(self) -> bool {
         self.0.get() >> 30 & 1 == 1
     }
+
+    /// The same policy with a packed state of `kind` (below 16) on the time base
+    /// `explicit`.
+    #[inline]
+    pub(super) fn with_state(self, kind: u8, explicit: bool) -> Tag {
+        const SET: NonZeroU32 = NonZeroU32::MIN.saturating_add((1 << 31) - 1);
+        let bits = self.0.get() & MAX_ID | u32::from(kind & 15) << 26 | u32::from(explicit) << 30;
+        Tag(SET | bits)
+    }
 }
 
 /// A key's policies, state and configuration.
@@ -406,6 +415,9 @@ mod tests {
                 (t.policy(), t.kind(), t.explicit()),
                 (PolicyId(id), kind, explicit)
             );
+            for (k, e) in [(0, false), (1, true), (2, false), (15, true)] {
+                assert_eq!(t.with_state(k, e), Tag::new(PolicyId(id), k, e).unwrap());
+            }
         }
         assert!(Tag::new(PolicyId(MAX_ID + 1), 0, false).is_none());
     }

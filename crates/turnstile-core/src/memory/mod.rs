@@ -293,10 +293,80 @@ impl<C> MemoryBackend<C> {
             self.sweep(cell, shard, now, SWEEP_PER_CHECK);
         }
         let index = shard.table.find(at.hash, &at.probe);
-        // The fast path: one default policy, on a key that is new or holds one packed state
-        // of that very policy, without configuration (else `break 'fast` to the general
-        // path). Written out here, not called, so the decision is built once, from scalars,
-        // in the place it is returned from: nothing written field by field is copied whole.
+        // The commonest check: one default policy (unconfigured keys get the defaults) on a
+        // key holding one packed bucket state of that very policy (same name and
+        // parameters), decided and written in place, one look at the entry. An admission
+        // never brings a bucket's expiry forward (it is the last update plus the debt's time
+        // then, and the debt grows by the cost), so the shard's bounds still hold: the
+        // sweep's round has seen the entry's old expiry or will see the new one. Only a key
+        // moving to the other time base is noted. Written out here, not called, so the
+        // decision is built once, from scalars, in the place it is returned from; every other
+        // check goes out of line ([`MemoryBackend::check_slow`]), so no other path's answer
+        // merges with this one's on the way out.
+        if let ([policy], Unconfigured::Defaults) = (defaults, unconfigured) {
+            if let Some(Entry {
+                head: Head::One { tag, c, a, b },
+                ..
+            }) = index.and_then(|i| shard.table.get_mut(i))
+            {
+                let words = Words {
+                    kind: tag.kind(),
+                    a: *a,
+                    b: *b,
+                    c: *c,
+                };
+                if let Some(shared) = shard.policies.get_if(tag.policy(), policy) {
+                    if let Some(f) = fast::decide(policy, words, now.ms, cost) {
+                        let shared = shared.clone();
+                        let moved = f.write.is_some() && tag.explicit() != now.explicit;
+                        if let Some(w) = f.write {
+                            (*tag, *c, *a, *b) =
+                                (tag.with_state(w.kind, now.explicit), w.c, w.a, w.b);
+                        }
+                        if moved {
+                            let expires_ms = fast::expires_at(f.now, f.debt, policy.limit());
+                            shard.note(cell, expires_ms, now.explicit);
+                        }
+                        let d = PolicyDecision::bucket(shared, f.allowed, f.debt, f.retry, f.delay);
+                        return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
+                    }
+                }
+            }
+        }
+        self.check_slow(
+            cell,
+            shard,
+            index,
+            &at,
+            defaults,
+            tiers,
+            unconfigured,
+            cost,
+            now,
+        )
+    }
+
+    /// [`MemoryBackend::check_inner`] for every check but a packed bucket decided in place:
+    /// a new key or a fixed window with the single default policy (still without the
+    /// general evaluation), else [`MemoryBackend::check_full`]. Out of line, its answer
+    /// built where the caller keeps it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn check_slow<A: Answer>(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        index: Option<usize>,
+        at: &Lookup<'_>,
+        defaults: &[Policy],
+        tiers: &[Tier],
+        unconfigured: Unconfigured,
+        cost: u64,
+        now: Now,
+    ) -> A {
+        // Still without the general evaluation: one default policy, on a key that is new or
+        // holds one packed state of that very policy, without configuration (else `break
+        // 'fast` to the general path).
         'fast: {
             let [policy] = defaults else { break 'fast };
             // Without configuration the defaults apply, unless unconfigured keys are denied
@@ -342,7 +412,7 @@ impl<C> MemoryBackend<C> {
                 if e.allowed && e.changes_state() {
                     e.apply(&mut state);
                     let head = Head::single(id, limit, state, e.expires_at_ms, now.explicit);
-                    let put = self.put_one(cell, shard, index, &at, id, head, e.expires_at_ms, now);
+                    let put = self.put_one(cell, shard, index, at, id, head, e.expires_at_ms, now);
                     if let Err(err) = put {
                         return A::answer(Err(err));
                     }
@@ -385,7 +455,7 @@ impl<C> MemoryBackend<C> {
                             a: w.a,
                             b: w.b,
                         };
-                        let put = self.put_one(cell, shard, index, &at, id, head, expires_ms, now);
+                        let put = self.put_one(cell, shard, index, at, id, head, expires_ms, now);
                         if let Err(err) = put {
                             return A::answer(Err(err));
                         }
@@ -399,7 +469,7 @@ impl<C> MemoryBackend<C> {
             cell,
             shard,
             index,
-            &at,
+            at,
             defaults,
             tiers,
             unconfigured,
