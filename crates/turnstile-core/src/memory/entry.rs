@@ -60,7 +60,7 @@ impl Tag {
     #[inline]
     pub(super) fn with_state(self, kind: u8, explicit: bool) -> Tag {
         const SET: NonZeroU32 = NonZeroU32::MIN.saturating_add((1 << 31) - 1);
-        let bits = self.0.get() & MAX_ID | u32::from(kind & 15) << 26 | u32::from(explicit) << 30;
+        let bits = (self.0.get() & MAX_ID) | u32::from(kind & 15) << 26 | u32::from(explicit) << 30;
         Tag(SET | bits)
     }
 }

@@ -523,7 +523,7 @@ impl<C> MemoryBackend<C> {
     fn cell(&self, hash: u64) -> &ShardCell {
         let shards = &self.inner.shards;
         let bits = (hash >> 32) & 0xFF_FFFF;
-        &shards[(bits * shards.len() as u64 >> 24) as usize]
+        &shards[((bits * shards.len() as u64) >> 24) as usize]
     }
 
     /// Locks the shard of `key`; returns its cell and the key's lookup.
