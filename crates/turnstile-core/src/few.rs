@@ -1,11 +1,38 @@
 //! A list that holds one element without allocating: most checks have one policy.
 
+use std::mem::ManuallyDrop;
+
 /// Zero, one (inline) or several (on the heap) elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Few<T> {
     None,
     One(T),
-    Many(Vec<T>),
+    Many(Heap<T>),
+}
+
+/// [`Few::Many`]'s elements: a `Vec` dropped out of line, so that dropping a [`Few`] (and
+/// what holds one, such as a decision) is a few instructions where it is dropped, with no
+/// loop over elements to inline there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Heap<T>(ManuallyDrop<Vec<T>>);
+
+impl<T> Heap<T> {
+    fn new(v: Vec<T>) -> Self {
+        Heap(ManuallyDrop::new(v))
+    }
+
+    /// The elements, leaving none behind.
+    fn take(&mut self) -> Vec<T> {
+        std::mem::take(&mut *self.0)
+    }
+}
+
+impl<T> Drop for Heap<T> {
+    /// Drops the elements (the empty `Vec` left in their place holds no memory).
+    #[inline(never)]
+    fn drop(&mut self) {
+        drop(self.take());
+    }
 }
 
 impl<T> Few<T> {
@@ -13,7 +40,7 @@ impl<T> Few<T> {
         match self {
             Few::None => &[],
             Few::One(t) => std::slice::from_ref(t),
-            Few::Many(v) => v,
+            Few::Many(v) => &v.0,
         }
     }
 
@@ -21,7 +48,7 @@ impl<T> Few<T> {
         match self {
             Few::None => &mut [],
             Few::One(t) => std::slice::from_mut(t),
-            Few::Many(v) => v,
+            Few::Many(v) => &mut v.0,
         }
     }
 
@@ -29,7 +56,7 @@ impl<T> Few<T> {
         match v.len() {
             0 => Few::None,
             1 => v.pop().map_or(Few::None, Few::One),
-            _ => Few::Many(v),
+            _ => Few::Many(Heap::new(v)),
         }
     }
 }
@@ -47,7 +74,7 @@ impl<T> FromIterator<T> for Few<T> {
         v.push(first);
         v.push(second);
         v.extend(iter);
-        Few::Many(v)
+        Few::Many(Heap::new(v))
     }
 }
 
@@ -59,7 +86,7 @@ impl<T> IntoIterator for Few<T> {
         match self {
             Few::None => FewIter::Vec(Vec::new().into_iter()),
             Few::One(t) => FewIter::One(Some(t)),
-            Few::Many(v) => FewIter::Vec(v.into_iter()),
+            Few::Many(mut v) => FewIter::Vec(v.take().into_iter()),
         }
     }
 }
@@ -78,5 +105,23 @@ impl<T> Iterator for FewIter<T> {
             FewIter::One(t) => t.take(),
             FewIter::Vec(v) => v.next(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn many_drops_its_elements_once() {
+        let rc = Rc::new(0);
+        let many = Few::from_vec(vec![Rc::clone(&rc), Rc::clone(&rc), Rc::clone(&rc)]);
+        let copy = many.clone();
+        assert_eq!(Rc::strong_count(&rc), 7);
+        drop(many);
+        assert_eq!(Rc::strong_count(&rc), 4);
+        assert_eq!(copy.into_iter().count(), 3);
+        assert_eq!(Rc::strong_count(&rc), 1);
     }
 }

@@ -9,6 +9,7 @@
 
 use std::num::NonZeroU32;
 
+use super::fast::{self, Words};
 use crate::algorithm::{eval, Packed, State};
 use crate::decision::SharedPolicy;
 use crate::policy::Policy;
@@ -52,6 +53,15 @@ impl Tag {
 
     pub(super) fn explicit(self) -> bool {
         self.0.get() >> 30 & 1 == 1
+    }
+
+    /// The same policy with a packed state of `kind` (below 16) on the time base
+    /// `explicit`.
+    #[inline]
+    pub(super) fn with_state(self, kind: u8, explicit: bool) -> Tag {
+        const SET: NonZeroU32 = NonZeroU32::MIN.saturating_add((1 << 31) - 1);
+        let bits = (self.0.get() & MAX_ID) | u32::from(kind & 15) << 26 | u32::from(explicit) << 30;
+        Tag(SET | bits)
     }
 }
 
@@ -165,6 +175,30 @@ impl Head {
     /// When the key's whole state expires (ms, on its time base); `u64::MAX` when it has a
     /// configuration.
     pub(super) fn expires_ms(&self, policies: &Policies) -> u64 {
+        match *self {
+            Head::Full(ref f) => f.expires_ms,
+            // A packed bucket: its debt at its last update, decided on the words (the
+            // `fast_path_decides_as_the_algorithms_do` property holds this equal to the
+            // general evaluation), so a sweep looks at an entry without unpacking it.
+            Head::One { tag, c, a, b } => {
+                let Some(p) = policies.get(tag.policy()) else {
+                    return 0;
+                };
+                let kind = tag.kind();
+                match fast::decide(p, Words { kind, a, b, c }, a, 0) {
+                    Some(f) => fast::expires_at(f.now, f.debt, p.limit()),
+                    None => self
+                        .as_one(policies)
+                        .map(|(_, state)| expires_at(p, &state))
+                        .unwrap_or(0),
+                }
+            }
+        }
+    }
+
+    /// [`Head::expires_ms`] by the general evaluation (for tests).
+    #[cfg(test)]
+    pub(super) fn expires_ms_general(&self, policies: &Policies) -> u64 {
         match self {
             Head::Full(f) => f.expires_ms,
             Head::One { .. } => self
@@ -284,13 +318,13 @@ impl Policies {
         Some(&self.list.get(id.0 as usize)?.as_ref()?.policy)
     }
 
-    /// Whether `id` is `p` (same name and parameters): at once for a copy of the policy
-    /// interned, else by comparing names.
+    /// The interned copy of `id` if it is `p` (same name and parameters): one look for a
+    /// copy of the policy interned, else by comparing names.
     #[inline]
-    pub(super) fn is(&self, id: PolicyId, p: &Policy) -> bool {
+    pub(super) fn get_if(&self, id: PolicyId, p: &Policy) -> Option<&SharedPolicy> {
         match self.list.get(id.0 as usize) {
-            Some(Some(i)) => i.identity == p.identity() || *i.policy == *p,
-            _ => false,
+            Some(Some(i)) if i.identity == p.identity() || *i.policy == *p => Some(&i.policy),
+            _ => None,
         }
     }
 
@@ -381,6 +415,9 @@ mod tests {
                 (t.policy(), t.kind(), t.explicit()),
                 (PolicyId(id), kind, explicit)
             );
+            for (k, e) in [(0, false), (1, true), (2, false), (15, true)] {
+                assert_eq!(t.with_state(k, e), Tag::new(PolicyId(id), k, e).unwrap());
+            }
         }
         assert!(Tag::new(PolicyId(MAX_ID + 1), 0, false).is_none());
     }

@@ -293,10 +293,80 @@ impl<C> MemoryBackend<C> {
             self.sweep(cell, shard, now, SWEEP_PER_CHECK);
         }
         let index = shard.table.find(at.hash, &at.probe);
-        // The fast path: one default policy, on a key that is new or holds one packed state
-        // of that very policy, without configuration (else `break 'fast` to the general
-        // path). Written out here, not called, so the decision is built once, from scalars,
-        // in the place it is returned from: nothing written field by field is copied whole.
+        // The commonest check: one default policy (unconfigured keys get the defaults) on a
+        // key holding one packed bucket state of that very policy (same name and
+        // parameters), decided and written in place, one look at the entry. An admission
+        // never brings a bucket's expiry forward (it is the last update plus the debt's time
+        // then, and the debt grows by the cost), so the shard's bounds still hold: the
+        // sweep's round has seen the entry's old expiry or will see the new one. Only a key
+        // moving to the other time base is noted. Written out here, not called, so the
+        // decision is built once, from scalars, in the place it is returned from; every other
+        // check goes out of line ([`MemoryBackend::check_slow`]), so no other path's answer
+        // merges with this one's on the way out.
+        if let ([policy], Unconfigured::Defaults) = (defaults, unconfigured) {
+            if let Some(Entry {
+                head: Head::One { tag, c, a, b },
+                ..
+            }) = index.and_then(|i| shard.table.get_mut(i))
+            {
+                let words = Words {
+                    kind: tag.kind(),
+                    a: *a,
+                    b: *b,
+                    c: *c,
+                };
+                if let Some(shared) = shard.policies.get_if(tag.policy(), policy) {
+                    if let Some(f) = fast::decide(policy, words, now.ms, cost) {
+                        let shared = shared.clone();
+                        let moved = f.write.is_some() && tag.explicit() != now.explicit;
+                        if let Some(w) = f.write {
+                            (*tag, *c, *a, *b) =
+                                (tag.with_state(w.kind, now.explicit), w.c, w.a, w.b);
+                        }
+                        if moved {
+                            let expires_ms = fast::expires_at(f.now, f.debt, policy.limit());
+                            shard.note(cell, expires_ms, now.explicit);
+                        }
+                        let d = PolicyDecision::bucket(shared, f.allowed, f.debt, f.retry, f.delay);
+                        return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
+                    }
+                }
+            }
+        }
+        self.check_slow(
+            cell,
+            shard,
+            index,
+            &at,
+            defaults,
+            tiers,
+            unconfigured,
+            cost,
+            now,
+        )
+    }
+
+    /// [`MemoryBackend::check_inner`] for every check but a packed bucket decided in place:
+    /// a new key or a fixed window with the single default policy (still without the
+    /// general evaluation), else [`MemoryBackend::check_full`]. Out of line, its answer
+    /// built where the caller keeps it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn check_slow<A: Answer>(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        index: Option<usize>,
+        at: &Lookup<'_>,
+        defaults: &[Policy],
+        tiers: &[Tier],
+        unconfigured: Unconfigured,
+        cost: u64,
+        now: Now,
+    ) -> A {
+        // Still without the general evaluation: one default policy, on a key that is new or
+        // holds one packed state of that very policy, without configuration (else `break
+        // 'fast` to the general path).
         'fast: {
             let [policy] = defaults else { break 'fast };
             // Without configuration the defaults apply, unless unconfigured keys are denied
@@ -314,14 +384,19 @@ impl<C> MemoryBackend<C> {
                 },
                 None => (None, FRESH_WORDS),
             };
-            let id = match stored {
-                // The state must be this policy's, with these parameters (else: carry-over).
-                Some(id) if shard.policies.is(id, policy) => id,
-                Some(_) => break 'fast,
-                None => shard.policies.intern(policy),
-            };
-            let Some(shared) = shard.policies.get(id).cloned() else {
-                break 'fast;
+            // The state must be this policy's, with these parameters (else: carry-over).
+            let (id, shared) = match stored {
+                Some(id) => match shard.policies.get_if(id, policy) {
+                    Some(shared) => (id, shared.clone()),
+                    None => break 'fast,
+                },
+                None => {
+                    let id = shard.policies.intern(policy);
+                    let Some(shared) = shard.policies.get(id).cloned() else {
+                        break 'fast;
+                    };
+                    (id, shared)
+                }
             };
             // Buckets decide on the packed words; fixed windows on the unpacked state.
             let limit = policy.limit();
@@ -337,7 +412,7 @@ impl<C> MemoryBackend<C> {
                 if e.allowed && e.changes_state() {
                     e.apply(&mut state);
                     let head = Head::single(id, limit, state, e.expires_at_ms, now.explicit);
-                    let put = self.put_one(cell, shard, index, &at, id, head, e.expires_at_ms, now);
+                    let put = self.put_one(cell, shard, index, at, id, head, e.expires_at_ms, now);
                     if let Err(err) = put {
                         return A::answer(Err(err));
                     }
@@ -380,7 +455,7 @@ impl<C> MemoryBackend<C> {
                             a: w.a,
                             b: w.b,
                         };
-                        let put = self.put_one(cell, shard, index, &at, id, head, expires_ms, now);
+                        let put = self.put_one(cell, shard, index, at, id, head, expires_ms, now);
                         if let Err(err) = put {
                             return A::answer(Err(err));
                         }
@@ -394,7 +469,7 @@ impl<C> MemoryBackend<C> {
             cell,
             shard,
             index,
-            &at,
+            at,
             defaults,
             tiers,
             unconfigured,
@@ -442,13 +517,13 @@ impl<C> MemoryBackend<C> {
 
     /// The shard of the key with hash `hash`: from bits 32 to 55, which the table uses
     /// neither for its slot (the low bits) nor for its tags (the top seven), scaled to the
-    /// shard count by a multiplication (no division).
+    /// shard count by a multiplication (no division): below the count, as the 24 bits are
+    /// below 2^24 (and the count below 2^40, so the product fits).
     #[inline]
     fn cell(&self, hash: u64) -> &ShardCell {
         let shards = &self.inner.shards;
-        let bits = u128::from((hash >> 32) & 0xFF_FFFF);
-        let i = (bits * shards.len() as u128) >> 24;
-        &shards[(i as usize).min(shards.len() - 1)]
+        let bits = (hash >> 32) & 0xFF_FFFF;
+        &shards[((bits * shards.len() as u64) >> 24) as usize]
     }
 
     /// Locks the shard of `key`; returns its cell and the key's lookup.
@@ -1004,6 +1079,7 @@ mod tests {
             for e in shard.table.entries() {
                 let base = usize::from(e.head.explicit());
                 let expires_ms = e.head.expires_ms(&shard.policies);
+                assert_eq!(expires_ms, e.head.expires_ms_general(&shard.policies));
                 assert!(shard.bound[base] <= expires_ms, "{base}: {expires_ms}");
                 assert!(cell.bound[base].load(Ordering::Relaxed) <= expires_ms);
             }

@@ -47,8 +47,11 @@ impl<'k> Probe<'k> {
         Probe { bytes: key }
     }
 
-    /// Whether `key` is this key.
-    #[inline]
+    /// Whether `key` is this key. Out of line: its branches on the length would otherwise be
+    /// copied into every path of hashbrown's probe loop (one per length class), which then
+    /// grows too big to be inlined where the lookup is; one call per candidate (one per
+    /// lookup, as a rule) costs less than the probe's own call.
+    #[inline(never)]
     fn matches(&self, key: &Key) -> bool {
         match key {
             Key::Inline { len, bytes } => {
