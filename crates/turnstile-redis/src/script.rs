@@ -146,9 +146,19 @@ pub(crate) fn check_args(
         Unconfigured::Allow => "allow",
         _ => "defaults",
     };
-    inv.arg(now_ms.map_or_else(String::new, |t| t.to_string()))
-        .arg(cost)
-        .arg(format!("{op} {unconfigured} {min_ttl_ms}"))
+    match now_ms {
+        Some(t) => inv.arg(t),
+        None => inv.arg(""),
+    };
+    let mode = match (op, unconfigured, min_ttl_ms) {
+        // The common calls, spelled out rather than formatted.
+        ("check", "defaults", 0) => "check defaults 0",
+        ("check", "deny", 0) => "check deny 0",
+        ("check", "allow", 0) => "check allow 0",
+        _ => &format!("{op} {unconfigured} {min_ttl_ms}"),
+    };
+    inv.arg(cost)
+        .arg(mode)
         .arg(&*encoded_set("", sets.defaults, || {
             policy_set("", sets.defaults)
         })?);
