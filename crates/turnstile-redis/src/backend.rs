@@ -184,7 +184,9 @@ impl<C: Clock> RedisBackend<C> {
     /// the same key for every policy of `client_key`.
     pub fn state_key(&self, client_key: &str, policy: &Policy) -> String {
         let _ = policy;
-        self.inner.keys.states_key_of(&self.inner.prefix, client_key)
+        self.inner
+            .keys
+            .states_key_of(&self.inner.prefix, client_key)
     }
 
     /// What this backend has done since it was built: Redis calls, connections made.
@@ -238,7 +240,7 @@ impl<C: Clock> RedisBackend<C> {
                 "the time must be at most 2^53 − 1 ms".into(),
             )));
         }
-        let mut inv = Call::new(Which::Check);
+        let mut inv = Call::new(Which::Check, self.inner.scripts.function(Which::Check), 1);
         // One key: the client's state string (its configuration hash, in the same slot, is
         // derived from it by the script when it must be read).
         inv.key(state_key);
@@ -263,9 +265,7 @@ impl<C: Clock> RedisBackend<C> {
         match &self.inner.target {
             Target::Single(node) => node.invoke(call, scripts).await,
             Target::Cluster(cluster) => {
-                cluster
-                    .invoke(call, scripts, slot_of(key.as_bytes()))
-                    .await
+                cluster.invoke(call, scripts, slot_of(key.as_bytes())).await
             }
         }
     }
@@ -313,7 +313,7 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<KeyConfig, BackendError> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
-        let mut inv = Call::new(Which::Config);
+        let mut inv = Call::new(Which::Config, inner.scripts.function(Which::Config), 1);
         let first_key = config_key(&inner.prefix, &tag);
         inv.key(&first_key);
         for a in args {

@@ -231,8 +231,9 @@ impl NodeConn {
             let failed = match self.get().await {
                 Ok(mut live) => {
                     let known = self.path.get(live.id);
-                    let (result, path) =
-                        scripts.invoke(&mut live.conn, call, known, &self.name).await;
+                    let (result, path) = scripts
+                        .invoke(&mut live.conn, call, known, &self.name)
+                        .await;
                     if path != known {
                         self.path.set(live.id, path);
                     }
