@@ -9,13 +9,11 @@ pub(crate) enum Which {
     Config,
 }
 
-/// One call's keys and arguments, sent as `FCALL` or `EVALSHA` (see [`Scripts::invoke`]).
+/// One call's keys and arguments, sent as `FCALL` or `EVALSHA` (see `Scripts::invoke`).
 ///
 /// The call is built as the `FCALL` command it is on Redis 7 (`FCALL <function> <key count>
 /// <keys...> <args...>`), so that command is sent as it is; `EVALSHA` (the fallback) is
 /// built from it when needed.
-///
-/// [`Scripts::invoke`]: crate::library::Scripts::invoke
 #[derive(Debug)]
 pub(crate) struct Call {
     pub(crate) which: Which,
