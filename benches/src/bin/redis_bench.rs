@@ -88,11 +88,31 @@ struct Run {
     /// The local deny cache.
     #[arg(long, value_enum, default_value_t = Switch::Off)]
     deny_cache: Switch,
+    /// A current-thread runtime instead of a multi-thread one: for comparison only (a
+    /// service runs the multi-thread runtime).
+    #[arg(long)]
+    current_thread: bool,
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    match Args::parse().command {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    // A multi-thread runtime, as a service has (its workers: the CPUs the process may use);
+    // --current-thread for comparison only.
+    let current = matches!(&args.command, Command::Run(r) if r.current_thread);
+    let runtime = if current {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(run_command(args))
+}
+
+async fn run_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    match args.command {
         Command::Script => {
             std::io::stdout().write_all(CHECK_SCRIPT.as_bytes())?;
             Ok(())
