@@ -69,6 +69,11 @@ struct Run {
     /// Measured time in ms (after a 500 ms warm-up).
     #[arg(long, default_value_t = 5000)]
     duration_ms: u64,
+    /// Instead of a duration: exactly this many checks per task (after a warm-up of 200 per
+    /// task), so two runs of different counts give the cost of one decision by difference
+    /// (`scripts/redis-client-count.sh`, under callgrind, where time is meaningless).
+    #[arg(long)]
+    count: Option<u64>,
     /// Distinct client keys, walked by every task (ignored with --flood).
     #[arg(long, default_value_t = 10_000)]
     keys: usize,
@@ -83,11 +88,31 @@ struct Run {
     /// The local deny cache.
     #[arg(long, value_enum, default_value_t = Switch::Off)]
     deny_cache: Switch,
+    /// A current-thread runtime instead of a multi-thread one: for comparison only (a
+    /// service runs the multi-thread runtime).
+    #[arg(long)]
+    current_thread: bool,
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    match Args::parse().command {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    // A multi-thread runtime, as a service has (its workers: the CPUs the process may use);
+    // --current-thread for comparison only.
+    let current = matches!(&args.command, Command::Run(r) if r.current_thread);
+    let runtime = if current {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(run_command(args))
+}
+
+async fn run_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    match args.command {
         Command::Script => {
             std::io::stdout().write_all(CHECK_SCRIPT.as_bytes())?;
             Ok(())
@@ -136,7 +161,7 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Warm-up: connections opened, the script loaded, keys written.
-    let run_phase = |dur: Duration| {
+    let run_phase = |dur: Length| {
         let (backend, cached, limits, keys) = (
             backend.clone(),
             cached.clone(),
@@ -151,13 +176,21 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
-    run_phase(Duration::from_millis(500)).await?;
+    run_phase(match run.count {
+        Some(_) => Length::Checks(200),
+        None => Length::Time(Duration::from_millis(500)),
+    })
+    .await?;
     let info = InfoConn::open(&run.url).await?;
     let stats_before = info.calls().await?;
     let before = backend.stats();
     let hits_before = cached.hits();
     let t0 = Instant::now();
-    let tallies = run_phase(Duration::from_millis(run.duration_ms)).await?;
+    let tallies = run_phase(match run.count {
+        Some(n) => Length::Checks(n),
+        None => Length::Time(Duration::from_millis(run.duration_ms)),
+    })
+    .await?;
     let secs = t0.elapsed().as_secs_f64();
     let after = backend.stats();
     let stats_after = info.calls().await?;
@@ -227,15 +260,26 @@ impl InfoConn {
     }
 }
 
-/// Runs `concurrency` tasks for `dur`, each checking one request at a time, walking `keys`.
+/// How long a phase runs: a time, or a number of checks per task.
+#[derive(Clone, Copy, Debug)]
+enum Length {
+    Time(Duration),
+    Checks(u64),
+}
+
+/// Runs `concurrency` tasks for `len`, each checking one request at a time, walking `keys`.
 async fn phase<B: Backend>(
     backend: &B,
     limits: &Limits,
     keys: &Arc<[String]>,
     concurrency: usize,
-    dur: Duration,
+    len: Length,
 ) -> Result<Vec<Tally>, Box<dyn std::error::Error>> {
-    let deadline = Instant::now() + dur;
+    let (deadline, checks) = match len {
+        Length::Time(d) => (Instant::now() + d, u64::MAX),
+        // Far enough that only the count ends the phase.
+        Length::Checks(n) => (Instant::now() + Duration::from_secs(86_400), n),
+    };
     let mut tasks = Vec::new();
     for t in 0..concurrency.max(1) {
         let (backend, limits, keys) = (backend.clone(), limits.clone(), Arc::clone(keys));
@@ -244,7 +288,7 @@ async fn phase<B: Backend>(
             let mut i = t.wrapping_mul(7919);
             loop {
                 let start = Instant::now();
-                if start >= deadline {
+                if start >= deadline || tally.allowed + tally.denied >= checks {
                     return Ok::<_, turnstile_core::BackendError>(tally);
                 }
                 let key = &keys[i % keys.len()];

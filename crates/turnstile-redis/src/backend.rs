@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use deadpool_redis::redis;
@@ -18,8 +18,8 @@ use crate::call::{Call, Which};
 use crate::cluster::{slot_of, ClusterConn};
 use crate::conn::NodeConn;
 use crate::fault::{redis_error, Failed, Fault};
-use crate::health::{Change, Health, HealthConfig, NodeDown};
-use crate::keys::{config_key, states_key, KeyEncoding};
+use crate::health::{Change, Health, HealthConfig, NodeDown, NodeHealth};
+use crate::keys::{config_key, KeyEncoding};
 use crate::library::Scripts;
 use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
 
@@ -137,6 +137,8 @@ pub(crate) struct Inner<C> {
     pub(crate) health_config: HealthConfig,
     /// Per node: whether it counts as down.
     pub(crate) health: Health,
+    /// A single node's entry in `health`, looked up once.
+    pub(crate) single_health: OnceLock<Arc<NodeHealth>>,
     pub(crate) stats: Counters,
 }
 
@@ -182,7 +184,9 @@ impl<C: Clock> RedisBackend<C> {
     /// the same key for every policy of `client_key`.
     pub fn state_key(&self, client_key: &str, policy: &Policy) -> String {
         let _ = policy;
-        states_key(&self.inner.prefix, &self.inner.keys.tag(client_key))
+        self.inner
+            .keys
+            .states_key_of(&self.inner.prefix, client_key)
     }
 
     /// What this backend has done since it was built: Redis calls, connections made.
@@ -215,15 +219,17 @@ impl<C: Clock> RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Result<(u64, Decision), BackendError> {
-        self.call_on_node(key, sets, op, cost, now_ms)
+        let state_key = self.inner.keys.states_key_of(&self.inner.prefix, key);
+        self.call_on_node(&state_key, sets, op, cost, now_ms)
             .await
             .map_err(|f| f.error)
     }
 
-    /// [`Self::call`], telling what a failure says about the node.
+    /// [`Self::call`] for the client whose state string is `state_key`, telling what a
+    /// failure says about the node.
     async fn call_on_node(
         &self,
-        key: &str,
+        state_key: &str,
         sets: Sets<'_>,
         op: Op,
         cost: u64,
@@ -234,14 +240,10 @@ impl<C: Clock> RedisBackend<C> {
                 "the time must be at most 2^53 − 1 ms".into(),
             )));
         }
-        let inner = &*self.inner;
-        let tag = inner.keys.tag(key);
-        let mut inv = Call::new(Which::Check);
+        let mut inv = Call::new(Which::Check, self.inner.scripts.function(Which::Check), 1);
         // One key: the client's state string (its configuration hash, in the same slot, is
         // derived from it by the script when it must be read).
-        let first_key = states_key(&inner.prefix, &tag);
-        let slot = slot_of(first_key.as_bytes());
-        inv.key(first_key);
+        inv.key(state_key);
         let min_ttl = if now_ms.is_some() {
             SIMULATION_MIN_TTL.as_millis() as u64
         } else {
@@ -249,7 +251,7 @@ impl<C: Clock> RedisBackend<C> {
         };
         check_args(&mut inv, sets, op, cost, now_ms, min_ttl).map_err(Failed::local)?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let reply: redis::Value = self.invoke(&inv, slot).await?;
+        let reply: redis::Value = self.invoke(&inv, state_key).await?;
         let request = |error| Failed {
             error,
             fault: Fault::Request,
@@ -257,12 +259,14 @@ impl<C: Clock> RedisBackend<C> {
         parse_reply(&array(reply, "check").map_err(request)?, sets).map_err(request)
     }
 
-    /// Runs `call`, whose keys are all in `slot`, on its node.
-    async fn invoke(&self, call: &Call, slot: u16) -> Result<redis::Value, Failed> {
+    /// Runs `call`, whose keys are all in the slot of `key`, on its node.
+    async fn invoke(&self, call: &Call, key: &str) -> Result<redis::Value, Failed> {
         let scripts = &self.inner.scripts;
         match &self.inner.target {
             Target::Single(node) => node.invoke(call, scripts).await,
-            Target::Cluster(cluster) => cluster.invoke(call, scripts, slot).await,
+            Target::Cluster(cluster) => {
+                cluster.invoke(call, scripts, slot_of(key.as_bytes())).await
+            }
         }
     }
 
@@ -309,14 +313,13 @@ impl<C: Clock> RedisBackend<C> {
     ) -> Result<KeyConfig, BackendError> {
         let inner = &*self.inner;
         let tag = inner.keys.tag(key);
-        let mut inv = Call::new(Which::Config);
+        let mut inv = Call::new(Which::Config, inner.scripts.function(Which::Config), 1);
         let first_key = config_key(&inner.prefix, &tag);
-        let slot = slot_of(first_key.as_bytes());
-        inv.key(first_key);
+        inv.key(&first_key);
         for a in args {
             inv.arg(*a);
         }
-        let call = async { self.invoke(&inv, slot).await.map_err(|f| f.error) };
+        let call = async { self.invoke(&inv, &first_key).await.map_err(|f| f.error) };
         let reply: redis::Value = self.timed(call).await?;
         parse_config(&array(reply, "configuration")?, key)
     }
@@ -360,12 +363,20 @@ impl<C: Clock> RedisBackend<C> {
         }
     }
 
+    /// A check of the client whose state string is `key`, with the failure handling.
     async fn run(self, key: String, limits: Limits, cost: u64, now_ms: Option<u64>) -> CheckResult {
         let inner = &*self.inner;
         let (node, cluster) = match &inner.target {
-            Target::Single(_) => (inner.health.node(&inner.node), None),
+            Target::Single(_) => (
+                inner
+                    .single_health
+                    .get_or_init(|| inner.health.node(&inner.node))
+                    .clone(),
+                None,
+            ),
             Target::Cluster(c) => {
-                let slot = slot_of(config_key(&inner.prefix, &inner.keys.tag(&key)).as_bytes());
+                // Every key of a client is in the slot of its hash tag.
+                let slot = slot_of(key.as_bytes());
                 (inner.health.node(&c.node_of(slot)), Some(c))
             }
         };
@@ -427,11 +438,16 @@ impl<C: Clock> RedisBackend<C> {
 }
 
 impl<C: Clock> RedisBackend<C> {
-    /// Gives back `cost` units a timed-out check charged after its caller gave up.
+    /// Gives back `cost` units a timed-out check charged after its caller gave up; `key` is
+    /// the client's state string.
     async fn refund_late(&self, key: &str, limits: &Limits, cost: u64, now_ms: Option<u64>) {
         let tiers = tier_list(limits);
         // Generous: the refund is the only thing left to do for this request.
-        let refund = self.call(key, sets(limits, &tiers), Op::Refund, cost, now_ms);
+        let refund = async {
+            self.call_on_node(key, sets(limits, &tiers), Op::Refund, cost, now_ms)
+                .await
+                .map_err(|f| f.error)
+        };
         match tokio::time::timeout(self.inner.timeout.saturating_mul(10), refund).await {
             Ok(Ok(_)) => {
                 self.inner
@@ -484,9 +500,8 @@ impl<C: Clock> Backend for RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Self::Future {
-        Box::pin(
-            self.clone()
-                .run(key.to_owned(), limits.clone(), cost, now_ms),
-        )
+        // The client's state key, built at once: the call needs nothing else of `key`.
+        let state_key = self.inner.keys.states_key_of(&self.inner.prefix, key);
+        Box::pin(self.clone().run(state_key, limits.clone(), cost, now_ms))
     }
 }

@@ -253,6 +253,7 @@ impl<C> RedisBackendBuilder<C> {
                 node,
                 clock: self.clock,
                 health_config: health,
+                single_health: std::sync::OnceLock::new(),
                 health: Health::default(),
                 stats: Counters::default(),
             }),

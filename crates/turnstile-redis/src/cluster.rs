@@ -82,7 +82,10 @@ impl SlotMap {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("SLOTS");
         let reply = conn
-            .route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+            .route_command(
+                cmd.clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
             .await?;
         let mut ranges = parse_slots(&reply);
         ranges.sort_by_key(|r| r.0);
@@ -283,13 +286,13 @@ struct OnSlot {
 impl Query for OnSlot {
     fn query(
         &mut self,
-        cmd: Cmd,
+        cmd: &Cmd,
     ) -> impl std::future::Future<Output = Result<Value, RedisError>> + Send {
         let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
             self.slot,
             SlotAddr::Master,
         )));
-        self.conn.route_command(cmd, route)
+        self.conn.route_command(cmd.clone(), route)
     }
 }
 
@@ -299,10 +302,12 @@ struct RandomNode<'a>(&'a mut ClusterConnection);
 impl Query for RandomNode<'_> {
     fn query(
         &mut self,
-        cmd: Cmd,
+        cmd: &Cmd,
     ) -> impl std::future::Future<Output = Result<Value, RedisError>> + Send {
-        self.0
-            .route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+        self.0.route_command(
+            cmd.clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
     }
 }
 

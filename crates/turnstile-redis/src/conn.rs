@@ -229,10 +229,11 @@ impl NodeConn {
         let mut retried = false;
         loop {
             let failed = match self.get().await {
-                Ok(live) => {
-                    let mut conn = live.conn.clone();
+                Ok(mut live) => {
                     let known = self.path.get(live.id);
-                    let (result, path) = scripts.invoke(&mut conn, call, known, &self.name).await;
+                    let (result, path) = scripts
+                        .invoke(&mut live.conn, call, known, &self.name)
+                        .await;
                     if path != known {
                         self.path.set(live.id, path);
                     }

@@ -29,30 +29,55 @@ pub enum KeyEncoding {
 impl KeyEncoding {
     /// The hash tag's content for `client_key` (without the braces).
     pub fn tag(self, client_key: &str) -> String {
+        let mut s = String::with_capacity(self.tag_len(client_key));
+        self.write_tag(client_key, &mut s);
+        s
+    }
+
+    /// An upper bound of the tag's length for `client_key`, in bytes.
+    fn tag_len(self, client_key: &str) -> usize {
+        match self {
+            KeyEncoding::Hashed => 32,
+            // Each `%`, `{`, `}` becomes three bytes.
+            KeyEncoding::Plain => 2 + client_key.len() * 3,
+        }
+    }
+
+    /// Appends [`tag`](Self::tag)`(client_key)` to `out`.
+    fn write_tag(self, client_key: &str, out: &mut String) {
         match self {
             KeyEncoding::Hashed => {
                 let digest = Sha256::digest(client_key.as_bytes());
-                let mut s = String::with_capacity(32);
                 for b in &digest[..16] {
-                    s.push(char::from(HEX[usize::from(b >> 4)]));
-                    s.push(char::from(HEX[usize::from(b & 0xf)]));
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 0xf)]));
                 }
-                s
             }
             KeyEncoding::Plain => {
-                let mut s = String::with_capacity(client_key.len() + 2);
-                s.push_str("k:");
+                out.push_str("k:");
                 for c in client_key.chars() {
                     match c {
-                        '%' => s.push_str("%25"),
-                        '{' => s.push_str("%7B"),
-                        '}' => s.push_str("%7D"),
-                        c => s.push(c),
+                        '%' => out.push_str("%25"),
+                        '{' => out.push_str("%7B"),
+                        '}' => out.push_str("%7D"),
+                        c => out.push(c),
                     }
                 }
-                s
             }
         }
+    }
+
+    /// The key of `client_key`'s state string under `prefix`: [`states_key`]`(prefix,
+    /// tag(client_key))` built in one string.
+    pub(crate) fn states_key_of(self, prefix: &str, client_key: &str) -> String {
+        let mut s =
+            String::with_capacity(prefix.len() + self.tag_len(client_key) + 4 + STATE_FORMAT.len());
+        s.push_str(prefix);
+        s.push_str(":{");
+        self.write_tag(client_key, &mut s);
+        s.push_str("}:");
+        s.push_str(STATE_FORMAT);
+        s
     }
 }
 
@@ -68,7 +93,9 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// absolute, at keys without a version).
 pub(crate) const STATE_FORMAT: &str = "f4";
 
-/// The key of a client's state string: `<prefix>:{<tag>}:<format>`.
+/// The key of a client's state string: `<prefix>:{<tag>}:<format>` (what
+/// [`KeyEncoding::states_key_of`] builds from the client key).
+#[cfg(test)]
 pub(crate) fn states_key(prefix: &str, tag: &str) -> String {
     format!("{prefix}:{{{tag}}}:{STATE_FORMAT}")
 }
@@ -90,6 +117,18 @@ mod tests {
             "2bd806c97f0e00af1a1fc3328fa763a9"
         );
         assert_eq!(KeyEncoding::Hashed.tag("").len(), 32);
+    }
+
+    #[test]
+    fn a_state_key_built_in_one_string_is_the_state_key_of_the_tag() {
+        for enc in [KeyEncoding::Hashed, KeyEncoding::Plain] {
+            for key in ["", "alice", "a}b{c%", "é{%}"] {
+                assert_eq!(
+                    enc.states_key_of("turnstile:v1", key),
+                    states_key("turnstile:v1", &enc.tag(key))
+                );
+            }
+        }
     }
 
     #[test]

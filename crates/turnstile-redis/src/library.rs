@@ -193,7 +193,7 @@ fn already_exists(e: &RedisError) -> bool {
     e.detail().is_some_and(|d| d.contains("already exists"))
 }
 
-async fn query(q: &mut impl Query, cmd: Cmd) -> Result<Value, RedisError> {
+async fn query(q: &mut impl Query, cmd: &Cmd) -> Result<Value, RedisError> {
     q.query(cmd).await.and_then(Value::extract_error)
 }
 
@@ -239,6 +239,14 @@ impl Scripts {
         self.loads.load(Ordering::Relaxed)
     }
 
+    /// The Function library's function for `which` (what a [`Call`] is built for).
+    pub(crate) fn function(&self, which: Which) -> &str {
+        match which {
+            Which::Check => &self.library.check,
+            Which::Config => &self.library.config,
+        }
+    }
+
     /// The path of a node whose calls took `known` so far.
     pub(crate) fn path(&self, known: Path) -> Path {
         match self.mode {
@@ -275,11 +283,11 @@ impl Scripts {
             Which::Config => &lib.config,
         };
         // The command is built again for a second try rather than cloned for every call.
-        match query(q, call.cmd("FCALL", function)).await {
+        match query(q, &call.fcall(function)).await {
             Err(e) if is_not_found(&e) => {
                 tracing::debug!(node, library = %lib.name, "the Function library is missing: loading it");
                 match self.load(q).await {
-                    Ok(()) => (query(q, call.cmd("FCALL", function)).await, Path::Functions),
+                    Ok(()) => (query(q, &call.fcall(function)).await, Path::Functions),
                     Err(e) if is_refusal(&e) => {
                         self.fell_back(node, &e);
                         (self.evalsha(q, call).await, Path::Eval)
@@ -306,7 +314,7 @@ impl Scripts {
         list.arg("LIST")
             .arg("LIBRARYNAME")
             .arg(format!("{LIBRARY_PREFIX}*"));
-        let names = match query(q, list).await {
+        let names = match query(q, &list).await {
             Ok(v) => Some(library_names(&v)),
             // FUNCTION LIST refused (an ACL): load without looking, delete nothing.
             Err(e) if is_refusal(&e) => None,
@@ -326,7 +334,7 @@ impl Scripts {
             if release_of(old).is_some_and(|m| m < RELEASE) {
                 let mut delete = redis::cmd("FUNCTION");
                 delete.arg("DELETE").arg(old);
-                match query(q, delete).await {
+                match query(q, &delete).await {
                     Ok(_) => {
                         tracing::info!(node, library = %old, "deleted the Function library of an older turnstile release")
                     }
@@ -345,7 +353,7 @@ impl Scripts {
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg(&self.library.source);
         self.loads.fetch_add(1, Ordering::Relaxed);
-        match query(q, load).await {
+        match query(q, &load).await {
             Ok(_) => Ok(()),
             Err(e) if already_exists(&e) => Ok(()),
             Err(e) => Err(e),
@@ -369,13 +377,13 @@ impl Scripts {
             Which::Check => &self.check,
             Which::Config => &self.config,
         };
-        match query(q, call.cmd("EVALSHA", &script.sha1)).await {
+        match query(q, &call.cmd("EVALSHA", &script.sha1)).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let mut load = redis::cmd("SCRIPT");
                 load.arg("LOAD").arg(script.code);
                 self.loads.fetch_add(1, Ordering::Relaxed);
-                query(q, load).await?;
-                query(q, call.cmd("EVALSHA", &script.sha1)).await
+                query(q, &load).await?;
+                query(q, &call.cmd("EVALSHA", &script.sha1)).await
             }
             r => r,
         }

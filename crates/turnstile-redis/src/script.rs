@@ -146,9 +146,18 @@ pub(crate) fn check_args(
         Unconfigured::Allow => "allow",
         _ => "defaults",
     };
-    let head = match now_ms {
-        None => format!("{op} {unconfigured} {min_ttl_ms} {cost}"),
-        Some(t) => format!("{op} {unconfigured} {min_ttl_ms} {cost} {t}"),
+    let formatted;
+    let head: &str = match (now_ms, op, unconfigured, min_ttl_ms, cost) {
+        // The most common call, spelled out rather than formatted.
+        (None, "check", "defaults", 0, 1) => "check defaults 0 1",
+        (None, ..) => {
+            formatted = format!("{op} {unconfigured} {min_ttl_ms} {cost}");
+            &formatted
+        }
+        (Some(t), ..) => {
+            formatted = format!("{op} {unconfigured} {min_ttl_ms} {cost} {t}");
+            &formatted
+        }
     };
     inv.arg(head).arg(&*encoded_set("", sets.defaults, || {
         policy_set("", sets.defaults)
