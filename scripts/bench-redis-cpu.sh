@@ -60,10 +60,16 @@ DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
 # turnstile's arguments for one policy (lua/check.lua's header), 32-character client keys
 # like the backend's hashed ones; ALG: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed
 # window, 5 sliding log, 6 sliding window.
-TAG='00000000000000000000__rand_int__'
+# Each row has keys of its own (the tag begins with its command and algorithm ids): a
+# client's one state string holds its policies' states, so a row checking the keys another
+# row's policy wrote would decide on carried-over states (the general path) instead.
 # The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
 # space and '^' for a line break inside an argument (see unword), '' for an empty one.
-HEAD="1 turnstile:v1:{$TAG}:f4 check+defaults+0+1"
+row_head() {  # row code (digits): the key and the flags argument
+  local tag
+  tag=$(printf '%s%0*d' "$1" $((20 - ${#1})) 0)
+  echo "1 turnstile:v1:{${tag}__rand_int__}:f4 check+defaults+0+1"
+}
 unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
   ARGV_OUT=()
   local a
@@ -74,12 +80,12 @@ unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
   done
 }
 targs() {  # command (fcall|evalsha) alg limit period_ms capacity
-  local target=$FN; [ "$1" = evalsha ] && target=$CHECK
-  echo "$1 $target $HEAD ^$2.$3.$4.$5+p"
+  local target=$FN code=1; [ "$1" = evalsha ] && { target=$CHECK; code=2; }
+  echo "$1 $target $(row_head "$code$2") ^$2.$3.$4.$5+p"
 }
 three() {  # command: a token bucket per second, a sliding window per hour, a fixed window per day
-  local target=$FN; [ "$1" = evalsha ] && target=$CHECK
-  echo "$1 $target $HEAD ^1.1.1000.1000000000+s^6.1000000000.3600000.1000000000+h^4.100000000.86400000.100000000+d"
+  local target=$FN code=17; [ "$1" = evalsha ] && { target=$CHECK; code=27; }
+  echo "$1 $target $(row_head $code) ^1.1.1000.1000000000+s^6.1000000000.3600000.1000000000+h^4.100000000.86400000.100000000+d"
 }
 NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window three-policies gcra-evalsha three-evalsha)
 declare -A CMD=(
@@ -112,18 +118,20 @@ only_script() {  # name
 
 # Every invocation admits (probe on a key of its own).
 for name in "${NAMES[@]}"; do
-  read -r -a argv <<<"${CMD[$name]//__rand_int__/probe}"
+  # a key of the row's own (a key another row's policy wrote would take the general path)
+  read -r -a argv <<<"${CMD[$name]//__rand_int__/probe-$name}"
   unword "${argv[@]}"; argv=("${ARGV_OUT[@]}")
   only_script "$name"
   reply=$("${R[@]}" "${argv[@]}" | tr '\n' ' ')
   case $name in
     empty|defs-only) ok=$([ "$reply" = "1 " ] && echo y) ;;
     gcra.lua) ok=$(awk '{ if ($1 == 1) print "y" }' <<<"$reply") ;;
-    # the compact reply of the common case (lua/check.lua): -1 - now, then each policy's
-    # retry first (0: admitted); three policies: a token bucket (3 values), a sliding window
-    # (5: retry whole, num), a fixed window
-    three*) ok=$(awk '{ if ($1 < 0 && $2 == 0 && $5 == 0 && $6 == 0 && $10 == 0) print "y" }' <<<"$reply") ;;
-    *) ok=$(awk '{ if ($1 < 0 && $2 == 0) print "y" }' <<<"$reply") ;;
+    # the reply (lua/check.lua): the compact one of the common case (-1 - now, then each
+    # policy's values) or the full one (now, version, applied, then the values: the sliding
+    # log's general path), each policy's retry first (0: admitted); three policies: a token
+    # bucket (3 values), a sliding window (5: retry whole, num, ...), a fixed window
+    three*) ok=$(awk '{ o = ($1 < 0) ? 0 : 2; if ($(2+o) == 0 && $(5+o) == 0 && $(6+o) == 0 && $(10+o) == 0) print "y" }' <<<"$reply") ;;
+    *) ok=$(awk '{ o = ($1 < 0) ? 0 : 2; if ($(2+o) == 0) print "y" }' <<<"$reply") ;;
   esac
   [ "$ok" = y ] || { echo "$0: the $name invocation does not admit: $reply" >&2; exit 1; }
 done
