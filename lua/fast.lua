@@ -165,12 +165,10 @@ end
 
 FAST = {fast_bucket, fast_bucket, fast_bucket, fast_fixed, nil, fast_sliding}
 
--- A reply of n values (n >= 4), head first, the rest 0, made at (about) its size at once:
--- Redis reads a reply up to its first nil, so the slots past n are cut off by one.
+-- The reply of several policies: n values (7 or more for two policies), head first, the
+-- rest 0, made at (about) its size at once: Redis reads a reply up to its first nil, so the
+-- slots past n are cut off by one. (A single policy's is made in fast_check.)
 local function new_reply(n, head)
-  if n == 4 then return {head, 0, 0, 0} end
-  if n == 5 then return {head, 0, 0, 0, 0} end
-  if n == 6 then return {head, 0, 0, 0, 0, 0} end
   local out
   if n <= 8 then
     out = {head, 0, 0, 0, 0, 0, 0, 0}

@@ -3,8 +3,8 @@
 //! <policy name>` for a sliding log's list, `<prefix>:{<client key>}~cfg` for a client's
 //! configuration. All of a client's keys share the hash tag, so one Cluster slot.
 //!
-//! Design (issue 15, format `f4`): a check makes `TIME`, `GET <state string>` and `SET ..
-//! PX` whatever the number of policies. The string's header says whether the client had a
+//! Design (issue 15, format `f4`): a check makes `TIME`, `GET <state string>` and `PSETEX`
+//! whatever the number of policies. The string's header says whether the client had a
 //! configuration hash when it was written: `0` (none: the script may decide from the
 //! string alone) or `c` (it reads the hash). Whatever creates or changes the hash (a
 //! configuration change, a refund's or a reset's version bump) marks the string `c` in the

@@ -9,7 +9,7 @@ use deadpool_redis::redis::{self, aio::MultiplexedConnection, ErrorKind, RedisEr
 
 /// The oldest Redis the scripts run on: 5.0.0. They call `TIME` and then write, which needs
 /// effects replication, the default since Redis 5 (older servers refuse such scripts);
-/// everything else they use (`EVALSHA`, `SET .. PX`, `PEXPIRE`, hashes, lists) is older.
+/// everything else they use (`EVALSHA`, `SET .. PX`, `PSETEX`, `PEXPIRE`, hashes, lists) is older.
 /// Redis Functions (`FUNCTION LOAD`, `FCALL`) need Redis 7.0; before it the backend runs the
 /// scripts with `EVALSHA` (see [`ScriptMode`](crate::ScriptMode)).
 pub const MIN_REDIS_VERSION: (u32, u32, u32) = (5, 0, 0);
