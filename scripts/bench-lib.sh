@@ -143,3 +143,30 @@ measure_end() {
   FOREIGN=$(awk -v b=$((b1 - M_B0)) -v c=$((c1 - M_C0)) -v p=$((p1 - M_P0)) -v t0="$M_T0" -v t1="$t1" -v hz="$HZ" \
     'BEGIN { f = (b - c - p) * 100 / ((t1 - t0) * hz); if (f < 0) f = 0; printf("%.0f\n", f) }')
 }
+
+# find_gcra_lua: sets GCRA_LUA to the plain GCRA script the Redis CPU figures are measured
+# against (../shared/bench/gcra.lua from the repository, or /work/shared/bench/gcra.lua), unless
+# GCRA_LUA is set already; exits with a message when there is none.
+find_gcra_lua() {
+  GCRA_LUA="${GCRA_LUA:-}"
+  if [ -z "$GCRA_LUA" ]; then
+    local f
+    for f in ../shared/bench/gcra.lua /work/shared/bench/gcra.lua; do
+      [ -f "$f" ] && { GCRA_LUA=$f; break; }
+    done
+  fi
+  [ -f "$GCRA_LUA" ] || { echo "$(basename "$0"): gcra.lua not found; set GCRA_LUA=/path/to/gcra.lua" >&2; exit 1; }
+}
+
+# unword WORD...: sets ARGV_OUT to the arguments the words stand for, as the Redis CPU scripts
+# write a call's arguments one word each: '+' stands for a space and '^' for a line break
+# inside an argument, '' for an empty one.
+unword() {
+  ARGV_OUT=()
+  local a
+  for a in "$@"; do
+    [ "$a" = "''" ] && a=''
+    a=${a//+/ }
+    ARGV_OUT+=("${a//^/$'\n'}")
+  done
+}

@@ -28,13 +28,7 @@ cd "$(dirname "$0")/.."
 
 ROUNDS="${ROUNDS:-5}"
 REQUESTS="${REQUESTS:-100000}"
-GCRA_LUA="${GCRA_LUA:-}"
-if [ -z "$GCRA_LUA" ]; then
-  for f in ../shared/bench/gcra.lua /work/shared/bench/gcra.lua; do
-    [ -f "$f" ] && { GCRA_LUA=$f; break; }
-  done
-fi
-[ -f "$GCRA_LUA" ] || { echo "$0: gcra.lua not found; set GCRA_LUA=/path/to/gcra.lua" >&2; exit 1; }
+find_gcra_lua
 
 need taskset util-linux
 cargo build --release -q -p turnstile-benches --bin redis_bench
@@ -64,20 +58,11 @@ DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
 # client's one state string holds its policies' states, so a row checking the keys another
 # row's policy wrote would decide on carried-over states (the general path) instead.
 # The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
-# space and '^' for a line break inside an argument (see unword), '' for an empty one.
+# space and '^' for a line break inside an argument (see unword in bench-lib.sh), '' for an empty one.
 row_head() {  # row code (digits): the key and the flags argument
   local tag
   tag=$(printf '%s%0*d' "$1" $((20 - ${#1})) 0)
   echo "1 turnstile:v1:{${tag}__rand_int__}:f4 check+defaults+0+1"
-}
-unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
-  ARGV_OUT=()
-  local a
-  for a in "$@"; do
-    [ "$a" = "''" ] && a=''
-    a=${a//+/ }
-    ARGV_OUT+=("${a//^/$'\n'}")
-  done
 }
 targs() {  # command (fcall|evalsha) alg limit period_ms capacity
   local target=$FN code=1; [ "$1" = evalsha ] && { target=$CHECK; code=2; }

@@ -24,13 +24,7 @@ cd "$(dirname "$0")/.."
 WARMUP="${WARMUP:-5000}"
 CALLS="${CALLS:-5000}"
 KEYSPACE="${KEYSPACE:-1000}"
-GCRA_LUA="${GCRA_LUA:-}"
-if [ -z "$GCRA_LUA" ]; then
-  for f in ../shared/bench/gcra.lua /work/shared/bench/gcra.lua; do
-    [ -f "$f" ] && { GCRA_LUA=$f; break; }
-  done
-fi
-[ -f "$GCRA_LUA" ] || { echo "$0: gcra.lua not found; set GCRA_LUA=/path/to/gcra.lua" >&2; exit 1; }
+find_gcra_lua
 need valgrind valgrind
 need redis-benchmark redis-tools
 cargo build --release -q -p turnstile-benches --bin redis_bench
@@ -44,17 +38,8 @@ if [ -n "${LIBRARY_LUA:-}" ]; then cp "$LIBRARY_LUA" "$OUT/library.lua"; else "$
 
 TAG='00000000000000000000__rand_int__'
 # The arguments as lua/check.lua's header gives them, one word each here: '+' stands for a
-# space and '^' for a line break inside an argument (see unword), '' for an empty one.
+# space and '^' for a line break inside an argument (see unword in bench-lib.sh), '' for an empty one.
 HEAD="1 turnstile:v1:{$TAG}:f4 check+defaults+0+1"
-unword() {  # argv...: sets ARGV_OUT, each word as the argument it stands for
-  ARGV_OUT=()
-  local a
-  for a in "$@"; do
-    [ "$a" = "''" ] && a=''
-    a=${a//+/ }
-    ARGV_OUT+=("${a//^/$'\n'}")
-  done
-}
 declare -A CMD=(
   [empty]="evalsha EMPTY 0"
   [gcra.lua]="evalsha GCRA 1 k:__rand_int__ 1000000 1000000000 1"
