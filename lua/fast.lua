@@ -237,8 +237,17 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   end
   if cost > 0 then
     if all then
-      local value = '0'
-      for i = 1, count do value = value .. set[i].value end
+      -- Two or three policies: one string made at once (one CONCAT of every piece), not one
+      -- per policy.
+      local value
+      if count == 2 then
+        value = '0' .. set[1].value .. set[2].value
+      elseif count == 3 then
+        value = '0' .. set[1].value .. set[2].value .. set[3].value
+      else
+        value = '0'
+        for i = 1, count do value = value .. set[i].value end
+      end
       redis.call('PSETEX', key, format('%d', most), value)
     else
       for i = 1, count do
