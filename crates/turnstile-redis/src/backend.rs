@@ -381,7 +381,7 @@ impl<C: Clock> RedisBackend<C> {
             }
         };
         let attempt = node
-            .begin(inner.clock.now_ms())
+            .begin_at(|| inner.clock.now_ms())
             .map_err(|down: NodeDown| BackendError::Connection(Box::new(down)))?;
         if let (true, Some(c)) = (attempt.is_probe(), cluster) {
             // A replica may have taken the slots of the master being probed.
