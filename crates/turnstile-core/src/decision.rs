@@ -812,7 +812,10 @@ mod tests {
     fn collecting_results_is_from_policies() {
         let lists = [
             vec![pd("a", true, 4, Some(0), 50)],
-            vec![pd("a", false, 0, Some(100), 500), pd("b", true, 3, Some(0), 900)],
+            vec![
+                pd("a", false, 0, Some(100), 500),
+                pd("b", true, 3, Some(0), 900),
+            ],
             vec![
                 pd("a", false, 0, Some(100), 500),
                 pd("b", false, 0, Some(300), 900),
