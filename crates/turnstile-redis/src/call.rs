@@ -42,7 +42,9 @@ impl Call {
     /// to be added with [`key`](Self::key) before any argument.
     pub(crate) fn new(which: Which, function: &str, keys: usize) -> Self {
         let mut fcall = SPARE
-            .with(Cell::take)
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
             .unwrap_or_else(|| Cmd::with_capacity(HEAD + 5, 160));
         fcall.arg("FCALL").arg(function).arg(keys);
         Call { which, keys, fcall }
@@ -115,7 +117,8 @@ impl Drop for Call {
             .sum();
         if held <= SPARE_MAX {
             cmd.clear();
-            SPARE.with(|s| s.set(Some(cmd)));
+            // Not at all while the thread's locals are being destroyed.
+            let _ = SPARE.try_with(|s| s.set(Some(cmd)));
         }
     }
 }
