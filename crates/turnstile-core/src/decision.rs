@@ -428,6 +428,14 @@ impl PartialEq for Decision {
 
 impl Eq for Decision {}
 
+/// [`Decision::from_policies`] of the results in policy order, without a list for a single
+/// result (most checks have one policy).
+impl FromIterator<PolicyDecision> for Decision {
+    fn from_iter<I: IntoIterator<Item = PolicyDecision>>(iter: I) -> Self {
+        Self::from_few(iter.into_iter().collect())
+    }
+}
+
 impl Decision {
     /// Aggregates per-policy results (in policy order) as `SEMANTICS.md` says.
     ///
@@ -798,6 +806,26 @@ mod tests {
         ]);
         assert_eq!(never.retry_after(), None);
         assert_eq!(never.binding().unwrap().name(), "a");
+    }
+
+    #[test]
+    fn collecting_results_is_from_policies() {
+        let lists = [
+            vec![pd("a", true, 4, Some(0), 50)],
+            vec![
+                pd("a", false, 0, Some(100), 500),
+                pd("b", true, 3, Some(0), 900),
+            ],
+            vec![
+                pd("a", false, 0, Some(100), 500),
+                pd("b", false, 0, Some(300), 900),
+                pd("c", true, 4, Some(0), 50),
+            ],
+        ];
+        for list in lists {
+            let collected: Decision = list.iter().cloned().collect();
+            assert_eq!(collected, Decision::from_policies(list));
+        }
     }
 
     #[test]

@@ -366,22 +366,23 @@ impl<C: Clock> RedisBackend<C> {
     /// A check of the client whose state string is `key`, with the failure handling.
     async fn run(self, key: String, limits: Limits, cost: u64, now_ms: Option<u64>) -> CheckResult {
         let inner = &*self.inner;
+        let master;
         let (node, cluster) = match &inner.target {
             Target::Single(_) => (
                 inner
                     .single_health
-                    .get_or_init(|| inner.health.node(&inner.node))
-                    .clone(),
+                    .get_or_init(|| inner.health.node(&inner.node)),
                 None,
             ),
             Target::Cluster(c) => {
                 // Every key of a client is in the slot of its hash tag.
                 let slot = slot_of(key.as_bytes());
-                (inner.health.node(&c.node_of(slot)), Some(c))
+                master = inner.health.node(&c.node_of(slot));
+                (&master, Some(c))
             }
         };
         let attempt = node
-            .begin(inner.clock.now_ms())
+            .begin_at(|| inner.clock.now_ms())
             .map_err(|down: NodeDown| BackendError::Connection(Box::new(down)))?;
         if let (true, Some(c)) = (attempt.is_probe(), cluster) {
             // A replica may have taken the slots of the master being probed.

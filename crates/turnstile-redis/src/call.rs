@@ -1,5 +1,7 @@
 //! [`Call`]: one call's keys and arguments, sent as `FCALL` or `EVALSHA`.
 
+use std::cell::Cell;
+
 use deadpool_redis::redis::{Arg, Cmd, ToRedisArgs};
 
 /// What a call runs: the check function (checks, refunds, resets) or the configuration one.
@@ -26,11 +28,24 @@ pub(crate) struct Call {
 /// The values of `fcall` before its keys: `FCALL`, the function, the key count.
 const HEAD: usize = 3;
 
+/// The largest buffer (bytes) a finished call's command hands on to the next call.
+const SPARE_MAX: usize = 4096;
+
+thread_local! {
+    /// A finished call's command, cleared, whose buffers the next call on this thread reuses
+    /// ([`Cmd::clear`] keeps them): a call then allocates nothing for its command.
+    static SPARE: Cell<Option<Cmd>> = const { Cell::new(None) };
+}
+
 impl Call {
     /// A call of `function` (the Function library's function for `which`) with `keys` keys,
     /// to be added with [`key`](Self::key) before any argument.
     pub(crate) fn new(which: Which, function: &str, keys: usize) -> Self {
-        let mut fcall = Cmd::with_capacity(HEAD + 5, 160);
+        let mut fcall = SPARE
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Cmd::with_capacity(HEAD + 5, 160));
         fcall.arg("FCALL").arg(function).arg(keys);
         Call { which, keys, fcall }
     }
@@ -89,6 +104,25 @@ impl Call {
     }
 }
 
+impl Drop for Call {
+    fn drop(&mut self) {
+        let mut cmd = std::mem::take(&mut self.fcall);
+        // Its buffers are about as large as what it held (a few hundred bytes for a check).
+        let held: usize = cmd
+            .args_iter()
+            .map(|a| match a {
+                Arg::Simple(b) => b.len(),
+                _ => 0,
+            })
+            .sum();
+        if held <= SPARE_MAX {
+            cmd.clear();
+            // Not at all while the thread's locals are being destroyed.
+            let _ = SPARE.try_with(|s| s.set(Some(cmd)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +161,24 @@ mod tests {
         assert_eq!(
             none.fcall("c").get_packed_command(),
             redis::cmd("FCALL").arg("c").arg(0).get_packed_command()
+        );
+    }
+
+    #[test]
+    fn a_call_after_a_finished_one_holds_only_its_own_values() {
+        let mut first = Call::new(Which::Check, "f", 1);
+        first.key("a-long-key-".repeat(20)).arg("x".repeat(300));
+        drop(first);
+        let mut second = Call::new(Which::Config, "c", 1);
+        second.key("k").arg("v");
+        assert_eq!(
+            second.fcall("c").get_packed_command(),
+            redis::cmd("FCALL")
+                .arg("c")
+                .arg(1)
+                .arg("k")
+                .arg("v")
+                .get_packed_command()
         );
     }
 }

@@ -154,7 +154,9 @@ impl NodeConn {
         if let Some(l) = self.live() {
             return Ok(l);
         }
-        let live = self.open().await?;
+        // Boxed: connecting is rare, and its future (redis-rs's handshake) is kilobytes, which
+        // every call's future would otherwise carry and copy.
+        let live = Box::pin(self.open()).await?;
         *self.lock() = Some(live.clone());
         Ok(live)
     }

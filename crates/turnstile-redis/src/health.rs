@@ -118,15 +118,26 @@ impl NodeHealth {
         self.down.load(Ordering::Acquire)
     }
 
-    /// Lets a call to this node begin at local time `now_ms`, or refuses it while the node
-    /// is down and no probe is due.
+    /// [`Self::begin_at`] at local time `now_ms`.
+    #[cfg(test)]
+    pub(crate) fn begin(self: &Arc<Self>, now_ms: u64) -> Result<Attempt, NodeDown> {
+        self.begin_at(|| now_ms)
+    }
+
+    /// Lets a call to this node begin, or refuses it while the node is down and no probe is
+    /// due. The local time (ms) is read from `now_ms` only when the node is down: a healthy
+    /// node's calls need no clock.
     ///
     /// # Errors
     /// [`NodeDown`] while the node is down and the call is not the probe.
-    pub(crate) fn begin(self: &Arc<Self>, now_ms: u64) -> Result<Attempt, NodeDown> {
+    pub(crate) fn begin_at(
+        self: &Arc<Self>,
+        now_ms: impl FnOnce() -> u64,
+    ) -> Result<Attempt, NodeDown> {
         let epoch = self.epoch.load(Ordering::Acquire);
         let mut probe = false;
         if self.is_down() {
+            let now_ms = now_ms();
             let at = self.probe_at.load(Ordering::Acquire);
             if now_ms < at || self.probing.swap(true, Ordering::AcqRel) {
                 return Err(NodeDown {
@@ -175,8 +186,12 @@ impl Attempt {
     pub(crate) fn answered(mut self) {
         self.settled = true;
         let n = &*self.node;
-        n.failures.store(0, Ordering::Relaxed);
-        if n.down.swap(false, Ordering::AcqRel) {
+        // Read before written: a healthy node's answers leave its line of memory unwritten
+        // (shared by every worker thread's calls).
+        if n.failures.load(Ordering::Relaxed) != 0 {
+            n.failures.store(0, Ordering::Relaxed);
+        }
+        if n.down.load(Ordering::Acquire) && n.down.swap(false, Ordering::AcqRel) {
             tracing::info!(node = %n.name, "Redis node answers again; its checks go to it again");
         }
         if self.probe {

@@ -194,7 +194,16 @@ fn already_exists(e: &RedisError) -> bool {
 }
 
 async fn query(q: &mut impl Query, cmd: &Cmd) -> Result<Value, RedisError> {
-    q.query(cmd).await.and_then(Value::extract_error)
+    q.query(cmd).await.and_then(errors_out)
+}
+
+/// The reply, or the server error it holds ([`Value::extract_error`]), without rebuilding
+/// the common reply (an array of integers, a check's) that holds none.
+fn errors_out(v: Value) -> Result<Value, RedisError> {
+    match &v {
+        Value::Array(items) if items.iter().all(|i| matches!(i, Value::Int(_))) => Ok(v),
+        _ => v.extract_error(),
+    }
 }
 
 /// The library names of a `FUNCTION LIST` reply (RESP2 arrays or RESP3 maps).
@@ -267,6 +276,27 @@ impl Scripts {
         path: Path,
         node: &str,
     ) -> (Result<Value, RedisError>, Path) {
+        // The common case, `FCALL` on a node known to have the library, kept small: every
+        // other path is boxed, so a call's future carries (and copies) only what it needs.
+        if self.path(path) != Path::Functions {
+            return Box::pin(self.invoke_other(q, call, path, node)).await;
+        }
+        match query(q, &call.fcall(self.function(call.which))).await {
+            Err(e) if is_not_found(&e) || is_command_refused(&e) => {
+                Box::pin(self.recover(q, call, e, node)).await
+            }
+            r => (r, Path::Functions),
+        }
+    }
+
+    /// [`Self::invoke`] on a node whose path is not (known to be) [`Path::Functions`].
+    async fn invoke_other(
+        &self,
+        q: &mut impl Query,
+        call: &Call,
+        path: Path,
+        node: &str,
+    ) -> (Result<Value, RedisError>, Path) {
         let path = match self.path(path) {
             Path::Unknown => match self.first_load(q, node).await {
                 Ok(p) => p,
@@ -277,30 +307,42 @@ impl Scripts {
         if path == Path::Eval {
             return (self.evalsha(q, call).await, Path::Eval);
         }
-        let lib = self.library;
-        let function = match call.which {
-            Which::Check => &lib.check,
-            Which::Config => &lib.config,
-        };
-        // The command is built again for a second try rather than cloned for every call.
-        match query(q, &call.fcall(function)).await {
-            Err(e) if is_not_found(&e) => {
-                tracing::debug!(node, library = %lib.name, "the Function library is missing: loading it");
-                match self.load(q).await {
-                    Ok(()) => (query(q, &call.fcall(function)).await, Path::Functions),
-                    Err(e) if is_refusal(&e) => {
-                        self.fell_back(node, &e);
-                        (self.evalsha(q, call).await, Path::Eval)
-                    }
-                    Err(e) => (Err(e), Path::Functions),
-                }
+        match query(q, &call.fcall(self.function(call.which))).await {
+            Err(e) if is_not_found(&e) || is_command_refused(&e) => {
+                self.recover(q, call, e, node).await
             }
-            Err(e) if is_command_refused(&e) => {
-                // FCALL itself refused (an ACL, a proxy): nothing ran.
+            r => (r, Path::Functions),
+        }
+    }
+
+    /// After `FCALL` failed with `e` without running anything: on "Function not found" loads
+    /// the library and calls once more (or falls back to `EVALSHA` when the load is refused);
+    /// when `FCALL` itself is refused, runs the call with `EVALSHA`.
+    async fn recover(
+        &self,
+        q: &mut impl Query,
+        call: &Call,
+        e: RedisError,
+        node: &str,
+    ) -> (Result<Value, RedisError>, Path) {
+        let lib = self.library;
+        if !is_not_found(&e) {
+            // FCALL itself refused (an ACL, a proxy): nothing ran.
+            self.fell_back(node, &e);
+            return (self.evalsha(q, call).await, Path::Eval);
+        }
+        tracing::debug!(node, library = %lib.name, "the Function library is missing: loading it");
+        // The command is built again for the second try rather than cloned for every call.
+        match self.load(q).await {
+            Ok(()) => (
+                query(q, &call.fcall(self.function(call.which))).await,
+                Path::Functions,
+            ),
+            Err(e) if is_refusal(&e) => {
                 self.fell_back(node, &e);
                 (self.evalsha(q, call).await, Path::Eval)
             }
-            r => (r, Path::Functions),
+            Err(e) => (Err(e), Path::Functions),
         }
     }
 
@@ -430,6 +472,23 @@ mod tests {
         match redis::parse_redis_value(format!("{line}\r\n").as_bytes()).unwrap() {
             v @ Value::ServerError(_) => v.extract_error().unwrap_err(),
             other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_out_finds_every_server_error_and_keeps_every_reply() {
+        let v = |line: &str| redis::parse_redis_value(line.as_bytes()).unwrap();
+        let ints = v("*4\r\n:-1733\r\n:0\r\n:999\r\n:1000\r\n");
+        assert_eq!(errors_out(ints.clone()).unwrap(), ints);
+        for line in [
+            "-READONLY You can't write against a read only replica.\r\n",
+            "*2\r\n:1\r\n-ERR inner\r\n",
+            "*2\r\n*1\r\n-ERR nested\r\n:1\r\n",
+        ] {
+            assert!(errors_out(v(line)).is_err(), "{line}");
+        }
+        for line in ["*2\r\n$1\r\na\r\n:1\r\n", "*0\r\n", ":5\r\n", "$-1\r\n"] {
+            assert_eq!(errors_out(v(line)).unwrap(), v(line), "{line}");
         }
     }
 

@@ -346,38 +346,53 @@ fn policy_results(
     applied: Applied,
     version: u64,
 ) -> Result<Decision, BackendError> {
-    let mut decisions = Vec::with_capacity(known.map_or(1, <[Policy]>::len));
-    let mut at = 0;
-    while at < rest.len() || known.is_some_and(|ps| decisions.len() < ps.len()) {
-        let policy = match known {
-            Some(ps) => ps
-                .get(decisions.len())
-                .cloned()
-                .ok_or_else(|| bad("more results than policies"))?,
-            None => {
-                let r = rest
-                    .get(at..at + OVERRIDE_PARTS)
-                    .ok_or_else(|| bad("length"))?;
-                let name = text(&r[4])?;
-                let (alg, limit, period, cap) =
-                    (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
-                at += OVERRIDE_PARTS;
-                policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
-                    BackendError::InvalidState(format!(
-                        "stored override policy {name:?} is invalid: {why}"
-                    ))
-                })?
-            }
-        };
-        let width = result_width(policy.algorithm());
-        let r = rest.get(at..at + width).ok_or_else(|| bad("length"))?;
-        at += width;
-        decisions.push(policy_result(policy, r)?);
-    }
-    if at != rest.len() || (known.is_none() && decisions.is_empty()) {
+    let (mut at, mut count) = (0, 0);
+    // Collected straight into the decision: one policy's result needs no list.
+    let decision = std::iter::from_fn(|| {
+        let more = at < rest.len() || known.is_some_and(|ps| count < ps.len());
+        more.then(|| {
+            count += 1;
+            next_result(known, rest, &mut at, count - 1)
+        })
+    })
+    .collect::<Result<Decision, BackendError>>()?;
+    if at != rest.len() || (known.is_none() && decision.policies().is_empty()) {
         return Err(bad("length"));
     }
-    Ok(Decision::from_policies(decisions).with_applied(applied, version))
+    Ok(decision.with_applied(applied, version))
+}
+
+/// The result of policy `index` (the caller's `known[index]`, or an override's read from
+/// `rest[at..]`) from `rest[at..]`; `at` moves past what was read.
+fn next_result(
+    known: Option<&[Policy]>,
+    rest: &[Value],
+    at: &mut usize,
+    index: usize,
+) -> Result<PolicyDecision, BackendError> {
+    let policy = match known {
+        Some(ps) => ps
+            .get(index)
+            .cloned()
+            .ok_or_else(|| bad("more results than policies"))?,
+        None => {
+            let r = rest
+                .get(*at..*at + OVERRIDE_PARTS)
+                .ok_or_else(|| bad("length"))?;
+            let name = text(&r[4])?;
+            let (alg, limit, period, cap) = (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
+            *at += OVERRIDE_PARTS;
+            policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
+                BackendError::InvalidState(format!(
+                    "stored override policy {name:?} is invalid: {why}"
+                ))
+            })?
+        }
+    };
+    let width = result_width(policy.algorithm());
+    let r = rest.get(*at..*at + width).ok_or_else(|| bad("length"))?;
+    *at += width;
+    policy_result(policy, r)
 }
 
 /// One policy's result from its `result_width(algorithm)` values (see `lua/check.lua`'s
