@@ -318,14 +318,18 @@ impl<C> MemoryBackend<C> {
                 if let Some(shared) = shard.policies.get_if(tag.policy(), policy) {
                     if let Some(f) = fast::decide(policy, words, now.ms, cost) {
                         let shared = shared.clone();
-                        let moved = f.write.is_some() && tag.explicit() != now.explicit;
                         if let Some(w) = f.write {
-                            (*tag, *c, *a, *b) =
-                                (tag.with_state(w.kind, now.explicit), w.c, w.a, w.b);
-                        }
-                        if moved {
-                            let expires_ms = fast::expires_at(f.now, f.debt, policy.limit());
-                            shard.note(cell, expires_ms, now.explicit);
+                            (*c, *a, *b) = (w.c, w.a, w.b);
+                            // The tag changes only with the state's kind or time base (a
+                            // fresh key's first write, a key moving between time bases).
+                            let moved = tag.explicit() != now.explicit;
+                            if w.kind != words.kind || moved {
+                                *tag = tag.with_state(w.kind, now.explicit);
+                            }
+                            if moved {
+                                let expires_ms = fast::expires_at(f.now, f.debt, policy.limit());
+                                shard.note(cell, expires_ms, now.explicit);
+                            }
                         }
                         let d = PolicyDecision::bucket(shared, f.allowed, f.debt, f.retry, f.delay);
                         return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
