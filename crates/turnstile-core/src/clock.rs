@@ -95,7 +95,7 @@ impl Wall {
         // The ns of 2^40 ticks (hours of any counter), in units per tick scaled by
         // 2^SCALE_BITS: ns · 2^16 / 10^6 per 2^40 ticks, times 2^32.
         let ns = u128::from(counter.delta_as_nanos(0, 1 << 40));
-        let scale = ns * u128::from(UNITS_PER_MS) / 1_000_000 >> (40 - SCALE_BITS);
+        let scale = (ns * u128::from(UNITS_PER_MS) / 1_000_000) >> (40 - SCALE_BITS);
         Wall {
             counter,
             scale: u64::try_from(scale).unwrap_or(u64::MAX),
@@ -107,7 +107,7 @@ impl Wall {
     #[inline]
     fn counter_units(&self) -> u64 {
         let raw = u128::from(self.counter.raw());
-        (raw * u128::from(self.scale) >> SCALE_BITS) as u64
+        ((raw * u128::from(self.scale)) >> SCALE_BITS) as u64
     }
 
     #[inline]
@@ -319,7 +319,7 @@ mod tests {
         // The units of 2^40 ticks by the scale and by quanta's own scaling.
         let ticks = 1u64 << 40;
         let ns = w.counter.delta_as_nanos(0, ticks);
-        let units = (u128::from(ticks) * u128::from(w.scale) >> SCALE_BITS) as u64;
+        let units = ((u128::from(ticks) * u128::from(w.scale)) >> SCALE_BITS) as u64;
         let expected = (u128::from(ns) * u128::from(UNITS_PER_MS) / 1_000_000) as u64;
         assert!(
             units.abs_diff(expected) <= expected / 10_000_000 + 1,
