@@ -167,7 +167,18 @@ impl Checked<Ready<CheckResult>> {
     /// polling: `backend.check(..).into_inner()`.
     #[inline(always)]
     pub fn into_inner(self) -> CheckResult {
+        // One comparison for the answer a check gives; the other states out of line.
         match self.inner {
+            CheckedInner::Ready { result } => result,
+            inner => Self::not_ready(inner),
+        }
+    }
+
+    /// [`Checked::into_inner`] of a check whose result is not held as ready.
+    #[cold]
+    #[inline(never)]
+    fn not_ready(inner: CheckedInner<Ready<CheckResult>>) -> CheckResult {
+        match inner {
             CheckedInner::Ready { result } => result,
             CheckedInner::Pending { fut } => fut.into_inner(),
             CheckedInner::Taken => Err(BackendError::InvalidRequest(

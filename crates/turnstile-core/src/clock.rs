@@ -27,7 +27,8 @@ pub trait Clock: Send + Sync + 'static {
 /// # Bound
 /// Every reading is W + Δ rounded down to whole ms, where W is a [`SystemTime::now`] reading
 /// taken less than 1 ms of counter time earlier and Δ the counter time since, or a
-/// [`SystemTime::now`] reading itself. So while the wall clock runs smoothly (NTP slews it
+/// [`SystemTime::now`] reading itself (both kept in units of 2^-16 ms, about 15 ns, so
+/// that the reading is a shift, not a division, from them). So while the wall clock runs smoothly (NTP slews it
 /// by at most 500 ppm) the reading is within microseconds of the wall clock: it equals
 /// [`SystemTime::now`] in whole ms, or is one ms off across a millisecond's boundary —
 /// never more than 1 ms from the wall clock. When the wall clock steps (set by hand, or
@@ -50,63 +51,87 @@ impl Clock for SystemClock {
     }
 }
 
-/// How long, in counter ns, one wall-clock reading is extrapolated from before it is renewed.
-const REANCHOR_NS: u64 = 1_000_000;
+/// The clock's unit inside: 2^-16 ms (about 15 ns). A reading in these units is shifted
+/// right by [`UNIT_BITS`] to whole ms (no division); u64 units reach the year 10,000.
+const UNIT_BITS: u32 = 16;
+
+/// One ms in units.
+const UNITS_PER_MS: u64 = 1 << UNIT_BITS;
+
+/// How long, in counter units, one wall-clock reading is extrapolated from before it is
+/// renewed: 1 ms.
+const REANCHOR: u64 = UNITS_PER_MS;
 
 /// The widest a renewal's two counter readings around its wall reading may be apart for the
-/// pair to be kept (ns): the pairing is then off by at most half of it.
-const MAX_PAIRING_NS: u64 = 50_000;
+/// pair to be kept (units; 50 µs): the pairing is then off by at most half of it.
+const MAX_PAIRING: u64 = UNITS_PER_MS / 20;
 
-/// The wall clock's ns since the epoch ([`SystemTime::now`]), 0 before the epoch.
-fn system_ns() -> u64 {
+/// The fractional bits of [`Wall::scale`].
+const SCALE_BITS: u32 = 32;
+
+/// The wall clock in units since the epoch ([`SystemTime::now`]), 0 before the epoch,
+/// saturating past the year 10,000.
+fn system_units() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
-        d.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(d.subsec_nanos()))
+        let units = d.as_nanos() * u128::from(UNITS_PER_MS) / 1_000_000;
+        u64::try_from(units).unwrap_or(u64::MAX)
     })
 }
 
-/// [`SystemClock`]'s state: the counter, and its offset to the wall clock.
+/// [`SystemClock`]'s state: the counter, its scale to units, and its offset to the wall
+/// clock.
 struct Wall {
     counter: quanta::Clock,
+    /// Units per counter tick, with [`SCALE_BITS`] fractional bits, taken once from
+    /// `quanta`'s calibration: a reading is one multiplication and one shift from the raw
+    /// counter (about 1 part in 10^8 off `quanta`'s own scaling, 10 ps per ms).
+    scale: u64,
     anchor: Anchor,
 }
 
 impl Wall {
     fn new() -> Self {
+        let counter = quanta::Clock::new();
+        // The ns of 2^40 ticks (hours of any counter), in units per tick scaled by
+        // 2^SCALE_BITS: ns · 2^16 / 10^6 per 2^40 ticks, times 2^32.
+        let ns = u128::from(counter.delta_as_nanos(0, 1 << 40));
+        let scale = (ns * u128::from(UNITS_PER_MS) / 1_000_000) >> (40 - SCALE_BITS);
         Wall {
-            counter: quanta::Clock::new(),
+            counter,
+            scale: u64::try_from(scale).unwrap_or(u64::MAX),
             anchor: Anchor::new(),
         }
     }
 
-    /// The counter's reading in ns (from an arbitrary origin).
+    /// The counter's reading in units (from an arbitrary origin).
     #[inline]
-    fn counter_ns(&self) -> u64 {
-        self.counter.delta_as_nanos(0, self.counter.raw())
+    fn counter_units(&self) -> u64 {
+        let raw = u128::from(self.counter.raw());
+        ((raw * u128::from(self.scale)) >> SCALE_BITS) as u64
     }
 
     #[inline]
     fn now_ms(&self) -> u64 {
         self.anchor
-            .now_ns(self.counter_ns(), system_ns, || self.counter_ns())
-            / 1_000_000
+            .now(self.counter_units(), system_units, || self.counter_units())
+            >> UNIT_BITS
     }
 }
 
-/// The offset from a counter in ns to the wall clock, and until when (in counter ns) it may
-/// be used: one acquiring load, a comparison and a relaxed load per reading until then.
+/// The offset from the counter in units to the wall clock, and until when (in counter
+/// units) it may be used: one acquiring load, a comparison and a relaxed load per reading
+/// until then.
 ///
 /// The offset is stored before the deadline that goes with it (which is released), so a
 /// reader that sees a deadline ahead of its counter reading also sees that deadline's offset
-/// or a later one: never one older than [`REANCHOR_NS`]. Past the deadline, one reader renews
+/// or a later one: never one older than [`REANCHOR`]. Past the deadline, one reader renews
 /// the offset (from a wall reading between two counter readings), and any other reads the
 /// wall clock itself meanwhile — a renewal that is slow (a preempted thread) delays no one.
 #[derive(Debug)]
 struct Anchor {
-    /// Wall ns − counter ns (wrapping).
+    /// Wall units − counter units (wrapping).
     offset: AtomicU64,
-    /// The counter ns before which the offset may be used (0: not yet set).
+    /// The counter units before which the offset may be used (0: not yet set).
     until: AtomicU64,
     /// Whether a reader is renewing the offset.
     renewing: AtomicBool,
@@ -121,11 +146,11 @@ impl Anchor {
         }
     }
 
-    /// The wall clock in ns at counter reading `t` (ns): from the offset while it is fresh,
-    /// else from `wall` (the wall clock in ns), renewing the offset with `counter` (the
-    /// counter in ns) unless another reader is renewing it.
+    /// The wall clock in units at counter reading `t` (units): from the offset while it is
+    /// fresh, else from `wall` (the wall clock in units), renewing the offset with `counter`
+    /// (the counter in units) unless another reader is renewing it.
     #[inline]
-    fn now_ns(&self, t: u64, wall: impl FnOnce() -> u64, counter: impl FnMut() -> u64) -> u64 {
+    fn now(&self, t: u64, wall: impl FnOnce() -> u64, counter: impl FnMut() -> u64) -> u64 {
         if t < self.until.load(Ordering::Acquire) {
             return t.wrapping_add(self.offset.load(Ordering::Relaxed));
         }
@@ -147,11 +172,11 @@ impl Anchor {
         // is at most half their distance from it: a pair further apart (the thread was
         // preempted) is not kept, and the next reader tries again.
         let apart = after.saturating_sub(before);
-        if apart <= MAX_PAIRING_NS {
+        if apart <= MAX_PAIRING {
             self.offset
                 .store(w.wrapping_sub(before + apart / 2), Ordering::Relaxed);
             self.until
-                .store(before.saturating_add(REANCHOR_NS), Ordering::Release);
+                .store(before.saturating_add(REANCHOR), Ordering::Release);
         }
         self.renewing.store(false, Ordering::Release);
         w
@@ -223,9 +248,9 @@ mod tests {
     #[test]
     fn system_clock_is_within_a_millisecond_of_the_system_time() {
         for _ in 0..1_000 {
-            let before = system_ns() / 1_000_000;
+            let before = system_units() >> UNIT_BITS;
             let now = SystemClock.now_ms();
-            let after = system_ns() / 1_000_000;
+            let after = system_units() >> UNIT_BITS;
             assert!(
                 before.saturating_sub(1) <= now && now <= after + 1,
                 "{before} <= {now} <= {after}"
@@ -233,10 +258,14 @@ mod tests {
         }
     }
 
-    /// A simulated wall clock: 1.7·10¹⁸ ns at counter 0, running `ppm` parts per million
-    /// fast against the counter, stepped by `steps` (counter ns, step in ns) from then on.
+    /// A microsecond in units (rounded down).
+    const MICROSECOND: u64 = UNITS_PER_MS / 1_000;
+
+    /// A simulated wall clock in units: 1.7·10¹⁸ units at counter 0, running `ppm` parts per
+    /// million fast against the counter, stepped by `steps` (counter units, step in units)
+    /// from then on.
     fn wall_at(t: u64, ppm: i64, steps: &[(u64, i64)]) -> u64 {
-        let drift = t as i64 / 1_000_000 * ppm;
+        let drift = t as i64 * ppm / 1_000_000;
         let stepped: i64 = steps.iter().filter(|s| s.0 <= t).map(|s| s.1).sum();
         (1_700_000_000_000_000_000i64 + t as i64 + drift + stepped) as u64
     }
@@ -245,16 +274,17 @@ mod tests {
     fn readings_are_within_a_microsecond_of_the_wall_clock_and_follow_a_step_within_1_ms() {
         // The wall clock slewed by NTP at its limit (±500 ppm), stepped forward by an hour
         // at 10 ms and back by 5 s at 30 ms; readings at irregular counter times.
+        let ms = UNITS_PER_MS as i64;
         for ppm in [-500, 0, 500] {
             let steps = [
-                (10_000_000, 3_600_000_000_000),
-                (30_000_000, -5_000_000_000),
+                (10 * REANCHOR, 3_600_000 * ms),
+                (30 * REANCHOR, -5_000 * ms),
             ];
             let a = Anchor::new();
             let mut t = 0u64;
             let mut renewals = 0;
-            while t < 50_000_000 {
-                let read = a.now_ns(
+            while t < 50 * REANCHOR {
+                let read = a.now(
                     t,
                     || {
                         renewals += 1;
@@ -264,18 +294,19 @@ mod tests {
                 );
                 // A step within the last ms may not show yet: then the reading follows the
                 // wall clock as it was before the step.
-                let recent = |s: &(u64, i64)| s.0 <= t && t - s.0 < REANCHOR_NS;
+                let recent = |s: &(u64, i64)| s.0 <= t && t - s.0 < REANCHOR;
                 let seen: Vec<(u64, i64)> = steps.iter().copied().filter(|s| !recent(s)).collect();
                 let exact = wall_at(t, ppm, &steps);
                 let before_step = wall_at(t, ppm, &seen);
                 assert!(
-                    read.abs_diff(exact) <= 1_000 || read.abs_diff(before_step) <= 1_000,
+                    read.abs_diff(exact) <= MICROSECOND
+                        || read.abs_diff(before_step) <= MICROSECOND,
                     "ppm {ppm} at {t}: read {read}, wall {exact}"
                 );
                 if !steps.iter().any(recent) {
-                    assert!(read.abs_diff(exact) <= 1_000, "ppm {ppm} at {t}");
+                    assert!(read.abs_diff(exact) <= MICROSECOND, "ppm {ppm} at {t}");
                 }
-                t += 1 + t % 7_919;
+                t += 1 + t % 523;
             }
             // One wall reading per ms of counter time.
             assert!((50..=51).contains(&renewals), "{renewals} renewals");
@@ -283,50 +314,64 @@ mod tests {
     }
 
     #[test]
+    fn the_counter_scale_agrees_with_quanta_and_readings_with_the_system_time() {
+        let w = Wall::new();
+        // The units of 2^40 ticks by the scale and by quanta's own scaling.
+        let ticks = 1u64 << 40;
+        let ns = w.counter.delta_as_nanos(0, ticks);
+        let units = ((u128::from(ticks) * u128::from(w.scale)) >> SCALE_BITS) as u64;
+        let expected = (u128::from(ns) * u128::from(UNITS_PER_MS) / 1_000_000) as u64;
+        assert!(
+            units.abs_diff(expected) <= expected / 10_000_000 + 1,
+            "{units} vs {expected}"
+        );
+        for _ in 0..1_000 {
+            let before = system_units() >> UNIT_BITS;
+            let now = w.now_ms();
+            let after = system_units() >> UNIT_BITS;
+            assert!(before.saturating_sub(1) <= now && now <= after + 1);
+        }
+    }
+
+    #[test]
     fn a_reader_racing_a_renewal_reads_the_wall_clock() {
         let a = Anchor::new();
-        assert_eq!(a.now_ns(0, || 5_000_000, || 0), 5_000_000);
+        assert_eq!(a.now(0, || 5_000_000, || 0), 5_000_000);
         a.renewing.store(true, Ordering::SeqCst);
         // Past the deadline while another reader renews: the wall clock itself.
-        assert_eq!(
-            a.now_ns(REANCHOR_NS, || 7_000_000, || unreachable!()),
-            7_000_000
-        );
+        assert_eq!(a.now(REANCHOR, || 7_000_000, || unreachable!()), 7_000_000);
         // Before it: the offset.
         assert_eq!(
-            a.now_ns(REANCHOR_NS - 1, || unreachable!(), || 0),
-            5_999_999
+            a.now(REANCHOR - 1, || unreachable!(), || 0),
+            5_000_000 + REANCHOR - 1
         );
     }
 
     #[test]
     fn a_renewal_whose_readings_are_far_apart_is_not_kept() {
         let a = Anchor::new();
-        assert_eq!(a.now_ns(0, || 1_000_000_000, || 0), 1_000_000_000);
+        assert_eq!(a.now(0, || 1_000_000_000, || 0), 1_000_000_000);
         // Preempted between its counter readings: the wall reading is returned, not kept.
-        let mut c = [REANCHOR_NS, REANCHOR_NS + MAX_PAIRING_NS + 1].into_iter();
+        let mut c = [REANCHOR, REANCHOR + MAX_PAIRING + 1].into_iter();
         assert_eq!(
-            a.now_ns(REANCHOR_NS, || 9_000_000_000, || c.next().unwrap()),
+            a.now(REANCHOR, || 9_000_000_000, || c.next().unwrap()),
             9_000_000_000
         );
         // So the next reader renews again.
         assert_eq!(
-            a.now_ns(REANCHOR_NS + 10, || 2_000_000_000, || REANCHOR_NS + 10),
+            a.now(REANCHOR + 10, || 2_000_000_000, || REANCHOR + 10),
             2_000_000_000
         );
-        assert_eq!(
-            a.now_ns(REANCHOR_NS + 20, || unreachable!(), || 0),
-            2_000_000_010
-        );
+        assert_eq!(a.now(REANCHOR + 20, || unreachable!(), || 0), 2_000_000_010);
     }
 
     #[test]
     fn renewals_pair_the_wall_reading_with_the_middle_of_the_counter_readings() {
         let a = Anchor::new();
         let mut c = [100, 140].into_iter();
-        assert_eq!(a.now_ns(100, || 10_000, || c.next().unwrap()), 10_000);
-        assert_eq!(a.now_ns(120, || unreachable!(), || 0), 10_000);
-        assert_eq!(a.now_ns(1_000, || unreachable!(), || 0), 10_880);
+        assert_eq!(a.now(100, || 10_000, || c.next().unwrap()), 10_000);
+        assert_eq!(a.now(120, || unreachable!(), || 0), 10_000);
+        assert_eq!(a.now(1_000, || unreachable!(), || 0), 10_880);
     }
 
     #[test]

@@ -496,7 +496,7 @@ impl Decision {
         Decision {
             allowed: false,
             binding: 0,
-            policies: Few::None,
+            policies: Few::none(),
             applied: Applied::Denied,
             version,
             origin: Origin::Backend,
@@ -510,7 +510,7 @@ impl Decision {
         Decision {
             allowed: true,
             binding: 0,
-            policies: Few::None,
+            policies: Few::none(),
             applied: Applied::Unlimited,
             version,
             origin: Origin::Backend,

@@ -2,10 +2,12 @@
 
 use std::mem::ManuallyDrop;
 
-/// Zero, one (inline) or several (on the heap) elements.
+/// One element (inline), or any other number (in a `Vec`, which holds no memory when empty).
+/// Two variants, so that a `Few`'s variant is one comparison of the element's niche (its
+/// drop, inlined or not, tests one value), and each length has one form: one element is
+/// always [`Few::One`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Few<T> {
-    None,
     One(T),
     Many(Heap<T>),
 }
@@ -36,9 +38,13 @@ impl<T> Drop for Heap<T> {
 }
 
 impl<T> Few<T> {
+    /// No elements (no allocation).
+    pub(crate) fn none() -> Self {
+        Few::Many(Heap::new(Vec::new()))
+    }
+
     pub(crate) fn as_slice(&self) -> &[T] {
         match self {
-            Few::None => &[],
             Few::One(t) => std::slice::from_ref(t),
             Few::Many(v) => &v.0,
         }
@@ -46,18 +52,18 @@ impl<T> Few<T> {
 
     pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         match self {
-            Few::None => &mut [],
             Few::One(t) => std::slice::from_mut(t),
             Few::Many(v) => &mut v.0,
         }
     }
 
     pub(crate) fn from_vec(mut v: Vec<T>) -> Self {
-        match v.len() {
-            0 => Few::None,
-            1 => v.pop().map_or(Few::None, Few::One),
-            _ => Few::Many(Heap::new(v)),
+        if v.len() == 1 {
+            if let Some(t) = v.pop() {
+                return Few::One(t);
+            }
         }
+        Few::Many(Heap::new(v))
     }
 }
 
@@ -65,7 +71,7 @@ impl<T> FromIterator<T> for Few<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         let mut iter = iter.into_iter();
         let Some(first) = iter.next() else {
-            return Few::None;
+            return Few::none();
         };
         let Some(second) = iter.next() else {
             return Few::One(first);
@@ -84,7 +90,6 @@ impl<T> IntoIterator for Few<T> {
 
     fn into_iter(self) -> FewIter<T> {
         match self {
-            Few::None => FewIter::Vec(Vec::new().into_iter()),
             Few::One(t) => FewIter::One(Some(t)),
             Few::Many(mut v) => FewIter::Vec(v.take().into_iter()),
         }

@@ -47,10 +47,33 @@ impl<'k> Probe<'k> {
         Probe { bytes: key }
     }
 
-    /// Whether `key` is this key. Out of line: its branches on the length would otherwise be
-    /// copied into every path of hashbrown's probe loop (one per length class), which then
-    /// grows too big to be inlined where the lookup is; one call per candidate (one per
-    /// lookup, as a rule) costs less than the probe's own call.
+    /// Whether the key is compared as two words ([`Probe::matches_words`]): 8 to 16 bytes
+    /// (an IPv4 address, most names).
+    #[inline(always)]
+    fn by_words(&self) -> bool {
+        (8..=16).contains(&self.bytes.len())
+    }
+
+    /// Whether `key` is this key of 8 to 16 bytes: its length and two words that cover it
+    /// (the loads its hash made, so they are made once per lookup). No branch on the length
+    /// and no call: hashbrown's probe loop stays small enough to be inlined where the lookup
+    /// is. A heap key is longer.
+    #[inline(always)]
+    fn matches_words(&self, key: &Key) -> bool {
+        let q = self.bytes;
+        let n = q.len();
+        match key {
+            Key::Inline { len, bytes } => {
+                *len as usize == n
+                    && word_at(bytes, 0) == word_at(q, 0)
+                    && word_at(bytes, n.wrapping_sub(8)) == word_at(q, n.wrapping_sub(8))
+            }
+            Key::Heap(_) => false,
+        }
+    }
+
+    /// Whether `key` is this key, of any length. Out of line: its branches on the length
+    /// would otherwise be copied into every path of hashbrown's probe loop.
     #[inline(never)]
     fn matches(&self, key: &Key) -> bool {
         match key {
@@ -72,6 +95,14 @@ impl<'k> Probe<'k> {
             None => Key::Heap(Box::from(self.bytes)),
         }
     }
+}
+
+/// The 8 bytes of `s` from `i` as a word (0 if there are fewer).
+#[inline(always)]
+fn word_at(s: &[u8], i: usize) -> u64 {
+    s.get(i..)
+        .and_then(|s| s.first_chunk::<8>())
+        .map_or(0, |w| u64::from_ne_bytes(*w))
 }
 
 /// Whether `stored` begins with `q` (at most [`INLINE`] bytes), compared a word at a time:
@@ -165,9 +196,27 @@ impl Table {
         &self.entries
     }
 
-    /// The index of the entry of the key `probe` with hash `hash`.
+    /// The index of the entry of the key `probe` with hash `hash`. A key of 8 to 16 bytes
+    /// is looked up with its comparison inlined, any other out of line (two copies of
+    /// hashbrown's probe, each with one comparison and no branch on the key's length).
     #[inline]
     pub(super) fn find(&self, hash: u64, probe: &Probe<'_>) -> Option<usize> {
+        if !probe.by_words() {
+            return self.find_any(hash, probe);
+        }
+        let entries = &self.entries;
+        self.index
+            .find(hash, |&i| {
+                entries
+                    .get(i as usize)
+                    .is_some_and(|e| probe.matches_words(&e.key))
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// [`Table::find`] for a key of any length.
+    #[inline(never)]
+    fn find_any(&self, hash: u64, probe: &Probe<'_>) -> Option<usize> {
         let entries = &self.entries;
         self.index
             .find(hash, |&i| {
@@ -277,6 +326,12 @@ mod tests {
         assert_eq!(std::mem::size_of::<Entry>(), 48);
     }
 
+    /// Whether `key` matches `stored` by [`Probe::matches_words`], when it applies.
+    fn by_words(key: &[u8], stored: &Key) -> bool {
+        let probe = Probe::new(key);
+        probe.by_words() && probe.matches_words(stored)
+    }
+
     #[test]
     fn keys_compare_equal_exactly_when_their_bytes_do() {
         // Every length up to the inline maximum, and keys that differ in one byte only.
@@ -284,15 +339,19 @@ mod tests {
             let a: Vec<u8> = (0..n as u8).map(|b| b.wrapping_mul(37)).collect();
             let stored = Probe::new(&a).to_key();
             assert!(Probe::new(&a).matches(&stored), "{n}");
+            assert_eq!(by_words(&a, &stored), (8..=16).contains(&n), "{n}");
             for i in 0..n {
                 let mut b = a.clone();
                 b[i] ^= 1;
                 assert!(!Probe::new(&b).matches(&stored), "{n} {i}");
+                assert!(!by_words(&b, &stored), "{n} {i}");
             }
             assert!(!Probe::new(&a[..n.saturating_sub(1)]).matches(&stored) || n == 0);
+            assert!(!by_words(&a[..n.saturating_sub(1)], &stored) || n == 0);
             let mut longer = a.clone();
             longer.push(0);
             assert!(!Probe::new(&longer).matches(&stored), "{n}");
+            assert!(!by_words(&longer, &stored), "{n}");
         }
     }
 
