@@ -440,7 +440,8 @@ impl Decision {
     /// Aggregates per-policy results (in policy order) as `SEMANTICS.md` says.
     ///
     /// `policies` must not be empty; an empty list yields a decision that allows with
-    /// `remaining` 0 (backends refuse empty policy lists before getting here).
+    /// `remaining` `u64::MAX`, as [`Decision::unlimited`] (backends refuse empty policy lists
+    /// before getting here).
     pub fn from_policies(policies: Vec<PolicyDecision>) -> Self {
         Self::from_few(Few::from_vec(policies))
     }

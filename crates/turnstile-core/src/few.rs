@@ -129,4 +129,114 @@ mod tests {
         assert_eq!(copy.into_iter().count(), 3);
         assert_eq!(Rc::strong_count(&rc), 1);
     }
+
+    /// A `Few` of `n` counted elements, built from a `Vec` or collected.
+    fn built(rc: &Rc<u32>, n: usize, from_vec: bool) -> Few<Rc<u32>> {
+        let items = (0..n).map(|_| Rc::clone(rc));
+        if from_vec {
+            Few::from_vec(items.collect())
+        } else {
+            items.collect()
+        }
+    }
+
+    #[test]
+    fn every_length_has_one_form_and_its_elements_in_order() {
+        for n in 0..6 {
+            let v: Vec<usize> = (10..10 + n).collect();
+            let a = Few::from_vec(v.clone());
+            let b: Few<usize> = v.iter().copied().collect();
+            assert_eq!(a, b, "{n}");
+            assert_eq!(matches!(a, Few::One(_)), n == 1, "{n}");
+            assert_eq!(a.as_slice(), &v[..], "{n}");
+            assert_eq!(a.clone(), a, "{n}");
+            assert_eq!(a.clone().into_iter().collect::<Vec<_>>(), v, "{n}");
+            // An iterator whose size hint is wrong (a filter's lower bound is 0).
+            let c: Few<usize> = (0..20).filter(|i| *i < n).map(|i| i + 10).collect();
+            assert_eq!(c, a, "{n}");
+            let mut m = a;
+            for x in m.as_mut_slice() {
+                *x += 1;
+            }
+            let plus: Vec<usize> = v.iter().map(|x| x + 1).collect();
+            assert_eq!(m.as_slice(), &plus[..], "{n}");
+        }
+        assert_eq!(Few::<u8>::none(), Few::from_vec(Vec::new()));
+        assert!(Few::<u8>::none().as_slice().is_empty());
+        assert_eq!(Few::<u8>::none().into_iter().next(), None);
+    }
+
+    #[test]
+    fn every_length_drops_its_elements_once_however_it_ends() {
+        let rc = Rc::new(0);
+        for n in 0..6 {
+            for from_vec in [true, false] {
+                let few = built(&rc, n, from_vec);
+                assert_eq!(Rc::strong_count(&rc), 1 + n, "{n}");
+                let copy = few.clone();
+                assert_eq!(Rc::strong_count(&rc), 1 + 2 * n, "{n}");
+                drop(few);
+                assert_eq!(Rc::strong_count(&rc), 1 + n, "{n}");
+                // Iterated part way, then dropped: the rest is dropped with the iterator.
+                let mut it = copy.into_iter();
+                let first = it.next();
+                assert_eq!(first.is_some(), n > 0, "{n}");
+                drop(first);
+                assert_eq!(Rc::strong_count(&rc), n.max(1), "{n}");
+                drop(it);
+                assert_eq!(Rc::strong_count(&rc), 1, "{n}");
+            }
+            // Iterated to the end, and past it.
+            let few = built(&rc, n, false);
+            let mut it = few.into_iter();
+            assert_eq!(it.by_ref().count(), n);
+            assert!(it.next().is_none());
+            assert_eq!(Rc::strong_count(&rc), 1, "{n}");
+        }
+    }
+
+    #[test]
+    fn decisions_of_no_one_two_and_many_policies_keep_their_policies() {
+        use crate::{Applied, Decision, PolicyDecision};
+        use std::time::Duration;
+        let pd = |i: usize| {
+            PolicyDecision::new(
+                format!("gcra:limit=10,period=1s,name=p{i}")
+                    .parse()
+                    .unwrap(),
+                i != 1,
+                10 - i as u64,
+                (i == 1).then(|| Duration::from_millis(5)),
+                Duration::from_millis(100 * i as u64),
+                Duration::ZERO,
+            )
+        };
+        for n in 0..5 {
+            let list: Vec<PolicyDecision> = (0..n).map(pd).collect();
+            let d = Decision::from_policies(list.clone());
+            let collected: Decision = list.iter().cloned().collect();
+            assert_eq!(d, collected, "{n}");
+            assert_eq!(d.policies(), &list[..], "{n}");
+            assert_eq!(d.clone(), d, "{n}");
+            assert_eq!(d.elapsed_by(Duration::ZERO).policies().len(), n, "{n}");
+            assert_eq!(d.allowed(), n < 2, "{n}");
+            assert_eq!(d.violated().count(), usize::from(n >= 2), "{n}");
+            if n == 1 {
+                let one = Decision::one(pd(0), Applied::Defaults, 0);
+                assert_eq!(one, d);
+            }
+            // Admitted without a policy: without limit.
+            assert_eq!(
+                d.remaining(),
+                if n == 0 {
+                    u64::MAX
+                } else {
+                    10 - (n as u64 - 1)
+                }
+            );
+        }
+        assert!(Decision::unlimited(3).policies().is_empty());
+        assert!(Decision::unconfigured_denied(3).policies().is_empty());
+        assert_eq!(Decision::unconfigured_denied(3).remaining(), 0);
+    }
 }
