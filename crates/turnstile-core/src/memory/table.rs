@@ -319,6 +319,8 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
 
     #[test]
     fn keys_and_entries_stay_small() {
@@ -405,6 +407,185 @@ mod tests {
                 assert_eq!(t.get(j).unwrap().key.as_bytes(), k.as_bytes());
                 assert!(k.len() < 20);
             }
+        }
+    }
+
+    /// Keys made to look alike: `stem` repeated to lengths around the word boundaries (0, 1,
+    /// 7, 8, 9, 15, 16, 17, 23, 24, 25), each also with its last, first or middle byte
+    /// changed, a zero byte or its last byte again appended (the same first and last words,
+    /// one byte longer), and its last byte dropped.
+    fn look_alikes(stem: &[u8]) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        for n in [0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 25] {
+            let k: Vec<u8> = stem.iter().copied().cycle().take(n).collect();
+            keys.push(k.clone());
+            for at in [n.wrapping_sub(1), 0, n / 2] {
+                if let Some(b) = k.get(at) {
+                    let mut v = k.clone();
+                    v[at] = b ^ 0x80;
+                    keys.push(v);
+                    let mut v = k.clone();
+                    v[at] = b.wrapping_add(1);
+                    keys.push(v);
+                }
+            }
+            let mut v = k.clone();
+            v.push(0);
+            keys.push(v);
+            if let Some(&last) = k.last() {
+                let mut v = k.clone();
+                v.push(last);
+                keys.push(v);
+                keys.push(k[..n - 1].to_vec());
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// Stems with repeated bytes (whose keys share words), zero bytes and non-ASCII UTF-8.
+    const STEMS: [&str; 8] = [
+        "a",
+        "ab",
+        "\0",
+        "0123456789",
+        "é",
+        "日本語",
+        "🦀x",
+        "10.0.0.1:443/",
+    ];
+
+    #[test]
+    fn look_alike_keys_compare_equal_exactly_when_they_are_equal() {
+        let mut keys: Vec<Vec<u8>> = STEMS
+            .iter()
+            .flat_map(|s| look_alikes(s.as_bytes()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let stored: Vec<Key> = keys.iter().map(|k| Probe::new(k).to_key()).collect();
+        for (a, sa) in keys.iter().zip(&stored) {
+            assert_eq!(sa.as_bytes(), &a[..]);
+            for (b, sb) in keys.iter().zip(&stored) {
+                let probe = Probe::new(b);
+                assert_eq!(probe.matches(sa), a == b, "{a:?} {b:?}");
+                if probe.by_words() {
+                    assert_eq!(probe.matches_words(sa), a == b, "{a:?} {b:?}");
+                }
+                assert_eq!(sa == sb, a == b, "{a:?} {b:?}");
+            }
+        }
+    }
+
+    /// What a property test does to the table and to its model.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(usize),
+        Find(usize),
+        Remove(usize),
+        /// Keeps the keys whose length is not `n` modulo 3.
+        Retain(usize),
+        Shrink,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => any::<usize>().prop_map(Op::Insert),
+            4 => any::<usize>().prop_map(Op::Find),
+            3 => any::<usize>().prop_map(Op::Remove),
+            1 => (0usize..3).prop_map(Op::Retain),
+            1 => Just(Op::Shrink),
+        ]
+    }
+
+    fn find(t: &Table, hasher: &RandomState, k: &[u8]) -> Option<usize> {
+        let found = t.find(hash_key(hasher, k), &Probe::new(k));
+        if let Some(i) = found {
+            assert_eq!(t.get(i).map(|e| e.key.as_bytes()), Some(k));
+        }
+        found
+    }
+
+    proptest! {
+        #[test]
+        fn the_table_holds_what_a_hash_map_would(
+            stems in prop::sample::subsequence(STEMS.to_vec(), 1..4),
+            ops in prop::collection::vec(op(), 1..400),
+        ) {
+            let keys: Vec<Vec<u8>> = stems.iter().flat_map(|s| look_alikes(s.as_bytes())).collect();
+            let hasher = RandomState::default();
+            let mut t = Table::default();
+            let mut model: HashMap<Vec<u8>, ()> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(i) => {
+                        let k = &keys[i % keys.len()];
+                        let found = find(&t, &hasher, k);
+                        prop_assert_eq!(found.is_some(), model.contains_key(k));
+                        if found.is_none() {
+                            let probe = Probe::new(k);
+                            let entry = Entry { key: probe.to_key(), head: Head::empty(false) };
+                            t.insert(&hasher, hash_key(&hasher, k), entry);
+                            model.insert(k.clone(), ());
+                        }
+                    }
+                    Op::Find(i) => {
+                        let k = &keys[i % keys.len()];
+                        prop_assert_eq!(find(&t, &hasher, k).is_some(), model.contains_key(k));
+                    }
+                    Op::Remove(i) => {
+                        let k = &keys[i % keys.len()];
+                        let found = find(&t, &hasher, k);
+                        prop_assert_eq!(found.is_some(), model.remove(k).is_some());
+                        if let Some(j) = found {
+                            let gone = t.swap_remove(&hasher, j).map(|e| e.key.as_bytes().to_vec());
+                            prop_assert_eq!(gone.as_ref(), Some(k));
+                        }
+                    }
+                    Op::Retain(n) => {
+                        t.retain(&hasher, |e| e.key.as_bytes().len() % 3 != n);
+                        model.retain(|k, _| k.len() % 3 != n);
+                    }
+                    Op::Shrink => t.shrink_to(&hasher, 0),
+                }
+                prop_assert_eq!(t.len(), model.len());
+            }
+            for k in &keys {
+                prop_assert_eq!(find(&t, &hasher, k).is_some(), model.contains_key(k), "{:?}", k);
+            }
+        }
+    }
+
+    #[test]
+    fn under_one_hash_each_look_alike_key_is_told_from_every_other_in_the_probe() {
+        // Every key stored under the same hash (room made first, so nothing is rehashed):
+        // each lookup compares its key with every stored one inside hashbrown's probe.
+        let mut keys: Vec<Vec<u8>> = STEMS
+            .iter()
+            .flat_map(|s| look_alikes(s.as_bytes()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let hasher = RandomState::default();
+        let (stored, absent): (Vec<_>, Vec<_>) =
+            keys.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+        let mut t = Table {
+            index: HashTable::with_capacity(keys.len()),
+            entries: Vec::with_capacity(keys.len()),
+        };
+        for (_, k) in &stored {
+            let entry = Entry {
+                key: Probe::new(k).to_key(),
+                head: Head::empty(false),
+            };
+            t.insert(&hasher, 42, entry);
+        }
+        for (j, (_, k)) in stored.iter().enumerate() {
+            assert_eq!(t.find(42, &Probe::new(k)), Some(j), "{k:?}");
+        }
+        for (_, k) in &absent {
+            assert_eq!(t.find(42, &Probe::new(k)), None, "{k:?}");
         }
     }
 }
