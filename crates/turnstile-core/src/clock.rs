@@ -78,6 +78,13 @@ fn system_units() -> u64 {
     })
 }
 
+/// [`Wall::scale`] of a counter whose 2^40 ticks (hours of any counter) last `ns`: in units
+/// per tick scaled by 2^[`SCALE_BITS`], ns · 2^16 / 10^6 per 2^40 ticks, times 2^32.
+fn scale(ns: u64) -> u64 {
+    let scale = (u128::from(ns) * u128::from(UNITS_PER_MS) / 1_000_000) >> (40 - SCALE_BITS);
+    u64::try_from(scale).unwrap_or(u64::MAX)
+}
+
 /// [`SystemClock`]'s state: the counter, its scale to units, and its offset to the wall
 /// clock.
 struct Wall {
@@ -92,13 +99,9 @@ struct Wall {
 impl Wall {
     fn new() -> Self {
         let counter = quanta::Clock::new();
-        // The ns of 2^40 ticks (hours of any counter), in units per tick scaled by
-        // 2^SCALE_BITS: ns · 2^16 / 10^6 per 2^40 ticks, times 2^32.
-        let ns = u128::from(counter.delta_as_nanos(0, 1 << 40));
-        let scale = (ns * u128::from(UNITS_PER_MS) / 1_000_000) >> (40 - SCALE_BITS);
         Wall {
+            scale: scale(counter.delta_as_nanos(0, 1 << 40)),
             counter,
-            scale: u64::try_from(scale).unwrap_or(u64::MAX),
             anchor: Anchor::new(),
         }
     }
@@ -381,5 +384,166 @@ mod tests {
         assert_eq!(c.now_ms(), u64::MAX);
         c.set_ms(5);
         assert_eq!(c.now_ms(), 5);
+    }
+
+    #[test]
+    fn counters_of_any_rate_are_scaled_to_units_within_a_part_in_ten_million() {
+        // From a 32 kHz crystal and ARM's 24 MHz timer to a 5.5 GHz TSC; 1 GHz is the
+        // monotonic clock's ns.
+        for rate in [
+            32_768u64,
+            1_000_000,
+            19_200_000,
+            24_000_000,
+            65_536_000,
+            1_000_000_000,
+            2_100_000_000,
+            5_500_000_000,
+        ] {
+            let ns = (1u128 << 40) * 1_000_000_000 / u128::from(rate);
+            let (counter, mock) = quanta::Clock::mock();
+            let w = Wall {
+                scale: scale(u64::try_from(ns).unwrap()),
+                counter,
+                anchor: Anchor::new(),
+            };
+            let per_ms = rate / 1_000;
+            let mut last = 0;
+            // Ticks of nothing, 1 ms, 1 s, a day, a year and a century (a century's fits
+            // every rate's u64 counter; its units too).
+            for ticks in [0, 1, per_ms, rate, rate * 86_400, rate * 86_400 * 365] {
+                let at = ticks.saturating_mul(100).min(u64::MAX - per_ms);
+                for raw in [ticks, at] {
+                    mock.decrement(mock.value());
+                    mock.increment(raw);
+                    let units = w.counter_units();
+                    let exact =
+                        u128::from(raw) * u128::from(UNITS_PER_MS) * 1_000 / u128::from(rate);
+                    let exact = u64::try_from(exact).unwrap();
+                    assert!(units <= exact + 1, "{rate} Hz, {raw}: {units} > {exact}");
+                    assert!(
+                        exact - units <= exact / 10_000_000 + 1,
+                        "{rate} Hz, {raw}: {units} vs {exact}"
+                    );
+                    // A ms of ticks later: a ms of units, within two.
+                    mock.increment(per_ms);
+                    let ms = w.counter_units() - units;
+                    let want = per_ms * 1_000 * UNITS_PER_MS / rate;
+                    assert!(ms.abs_diff(want) <= 2, "{rate} Hz at {raw}: {ms} vs {want}");
+                    if raw == ticks {
+                        assert!(units >= last, "{rate} Hz: {units} < {last}");
+                        last = units;
+                    }
+                }
+            }
+        }
+        // No rate makes the scale overflow.
+        assert!(scale(u64::MAX) > 0);
+        assert_eq!(scale(0), 0);
+    }
+
+    #[test]
+    fn huge_counter_and_wall_readings_neither_overflow_nor_stick() {
+        // The counter's last ms of range and a wall clock at the end of u64 units.
+        let wall0 = u64::MAX - 4 * REANCHOR;
+        let start = u64::MAX - 3 * REANCHOR;
+        let a = Anchor::new();
+        let mut renewals = 0;
+        let mut t = start;
+        loop {
+            let read = a.now(
+                t,
+                || {
+                    renewals += 1;
+                    wall0 + (t - start)
+                },
+                || t,
+            );
+            assert_eq!(read, wall0 + (t - start), "at {t}");
+            if t == u64::MAX {
+                break;
+            }
+            t = t.saturating_add(1 + t % 997);
+        }
+        // One renewal per ms, and each reading at the counter's last value renews.
+        assert!((3..=5).contains(&renewals), "{renewals}");
+        // A renewal pairing its wall reading with counter readings at the very end.
+        let mut c = [u64::MAX - 1, u64::MAX].into_iter();
+        let b = Anchor::new();
+        assert_eq!(b.now(u64::MAX - 1, || 77, || c.next().unwrap()), 77);
+        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), 77);
+    }
+
+    #[test]
+    fn a_pairing_skewed_to_its_limit_stays_within_a_millisecond_of_the_wall_clock() {
+        // The wall reading taken just as the second counter reading (MAX_PAIRING after the
+        // first): every reading from that offset is MAX_PAIRING / 2 ahead, which is under a
+        // ms, so whole ms are at most one off; the next renewal is exact again.
+        let wall0 = 1_700_000_000_000u64 * UNITS_PER_MS - REANCHOR;
+        let a = Anchor::new();
+        let mut t = 0u64;
+        while t < 20 * REANCHOR {
+            let mut c = [t, t + MAX_PAIRING].into_iter();
+            let read = a.now(t, || wall0 + t + MAX_PAIRING, || c.next().unwrap());
+            let wall = wall0 + t;
+            assert!(
+                read >= wall && read - wall <= MAX_PAIRING,
+                "{t}: {read} vs {wall}"
+            );
+            assert!((read >> UNIT_BITS) - (wall >> UNIT_BITS) <= 1, "{t}");
+            t += 1 + t % 331;
+        }
+    }
+
+    #[test]
+    fn readings_on_many_threads_stay_between_the_wall_clock_before_and_after_them() {
+        use std::sync::atomic::AtomicU64;
+        // One simulated time (units) that every counter and wall reading advances; the wall
+        // clock steps forward an hour at 20 ms and back 5 s at 40 ms.
+        const WALL0: u64 = 1_700_000_000_000 * UNITS_PER_MS;
+        const STEPS: [(u64, i64); 2] = [
+            (20 * REANCHOR, 3_600_000 * UNITS_PER_MS as i64),
+            (40 * REANCHOR, -5_000 * UNITS_PER_MS as i64),
+        ];
+        let wall_at = |x: u64, seen: &dyn Fn(u64) -> bool| {
+            let stepped: i64 = STEPS.iter().filter(|s| seen(s.0)).map(|s| s.1).sum();
+            WALL0.wrapping_add(x).wrapping_add_signed(stepped)
+        };
+        let now = Arc::new(AtomicU64::new(0));
+        let anchor = Arc::new(Anchor::new());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (now, anchor) = (Arc::clone(&now), Arc::clone(&anchor));
+                std::thread::spawn(move || {
+                    let tick = || now.fetch_add(3, Ordering::SeqCst);
+                    let mut n = 0u64;
+                    while now.load(Ordering::SeqCst) < 60 * REANCHOR {
+                        let lo = now.load(Ordering::SeqCst);
+                        let t = tick();
+                        let read = anchor.now(
+                            t,
+                            || {
+                                let x = tick();
+                                wall_at(x, &|s| s <= x)
+                            },
+                            tick,
+                        );
+                        let hi = now.load(Ordering::SeqCst);
+                        // Before a step, after it (once its ms has passed), or either.
+                        let within = |seen: &dyn Fn(u64) -> bool| {
+                            wall_at(lo, seen) - MAX_PAIRING / 2 <= read
+                                && read <= wall_at(hi, seen) + MAX_PAIRING / 2
+                        };
+                        let known = |s: u64| s + REANCHOR <= lo;
+                        let past = |s: u64| s <= hi;
+                        assert!(within(&known) || within(&past), "{lo} {t} {hi}: {read}");
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let reads: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(reads > 1_000, "{reads}");
     }
 }
