@@ -546,4 +546,26 @@ mod tests {
         let reads: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert!(reads > 1_000, "{reads}");
     }
+
+    #[test]
+    fn the_system_clock_read_on_many_threads_is_within_a_millisecond_of_the_system_time() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for _ in 0..20_000 {
+                        let before = system_units() >> UNIT_BITS;
+                        let now = SystemClock.now_ms();
+                        let after = system_units() >> UNIT_BITS;
+                        assert!(
+                            before.saturating_sub(1) <= now && now <= after + 1,
+                            "{before} <= {now} <= {after}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
 }

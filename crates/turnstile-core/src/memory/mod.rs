@@ -1159,4 +1159,39 @@ mod tests {
         }
         assert!(b.is_empty());
     }
+
+    #[test]
+    fn look_alike_keys_each_have_a_quota_of_their_own() {
+        // Keys of 0 to 26 bytes in one shard: runs of one character, with the first or last
+        // changed, one longer, and non-ASCII ones (é is 2 bytes, 日 3, 🦀 4).
+        let mut keys: Vec<String> = Vec::new();
+        for n in 0..=26 {
+            for unit in ["a", "é", "日", "🦀", "ab"] {
+                let run: String = unit.chars().cycle().take(n).collect();
+                keys.push(run.clone());
+                keys.push(format!("{run}b"));
+                keys.push(format!("b{run}"));
+                keys.push(format!("{run}\u{0}"));
+                if let Some(last) = run.chars().last() {
+                    let mut changed = run.clone();
+                    changed.pop();
+                    changed.push(if last == 'z' { 'y' } else { 'z' });
+                    keys.push(changed);
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        let b = MemoryBackend::builder().shards(1).build();
+        let pol = [p("fixed-window:limit=1,period=1h")];
+        for k in &keys {
+            let d = b.check_at(k, &pol, 1, 0).into_inner().unwrap();
+            assert!(d.allowed(), "{k:?}");
+        }
+        for k in &keys {
+            let d = b.check_at(k, &pol, 1, 0).into_inner().unwrap();
+            assert!(!d.allowed(), "{k:?}");
+        }
+        assert_eq!(b.len(), keys.len());
+    }
 }
