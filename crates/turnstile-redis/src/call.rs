@@ -225,6 +225,9 @@ mod tests {
         );
     }
 
+    /// A call's keys and arguments.
+    type Values = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
     fn bytes(s: &str) -> Vec<u8> {
         s.as_bytes().to_vec()
     }
@@ -234,7 +237,7 @@ mod tests {
         // Each previous call: built and sent (its forms made), dropped half built (keys
         // only), of no keys, just under, at and over the spare's cap, with empty values.
         let cap = SPARE_MAX;
-        let previous: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = vec![
+        let previous: Vec<Values> = vec![
             (
                 vec![bytes("k1"), bytes("k2"), bytes("k3")],
                 vec![bytes("a"); 9],
@@ -247,7 +250,7 @@ mod tests {
             (vec![vec![b'k'; 100_000]], vec![vec![b'a'; 100_000]]),
             (vec![Vec::new(); 3], vec![Vec::new(); 40]),
         ];
-        let next: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = vec![
+        let next: Vec<Values> = vec![
             (
                 vec![bytes("ts:{1.2.3.4}")],
                 vec![bytes("check defaults 0 1"), bytes("42")],
