@@ -154,7 +154,11 @@ impl Anchor {
     /// (the counter in units) unless another reader is renewing it.
     #[inline]
     fn now(&self, t: u64, wall: impl FnOnce() -> u64, counter: impl FnMut() -> u64) -> u64 {
-        if t < self.until.load(Ordering::Acquire) {
+        // Fresh while until - REANCHOR <= t < until (one subtraction and one comparison): a
+        // counter that went back before the pairing (a reset) renews too, instead of reading
+        // behind the wall clock for as long as it went back.
+        let until = self.until.load(Ordering::Acquire);
+        if until.saturating_sub(t).wrapping_sub(1) < REANCHOR {
             return t.wrapping_add(self.offset.load(Ordering::Relaxed));
         }
         self.renew(wall, counter)
@@ -567,5 +571,31 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_counter_that_jumps_back_renews_instead_of_reading_behind() {
+        // The counter anchored at 2 h, then (a reset) an hour behind the true time: the
+        // reading comes from the wall clock again, not from the stale offset.
+        let hour = 3_600_000 * UNITS_PER_MS;
+        let wall0 = 1_700_000_000_000u64 * UNITS_PER_MS;
+        let a = Anchor::new();
+        let base = 2 * hour;
+        assert_eq!(a.now(base, || wall0, || base), wall0);
+        let t = base + 2 * REANCHOR - hour;
+        assert_eq!(
+            a.now(t, || wall0 + 2 * REANCHOR, || t),
+            wall0 + 2 * REANCHOR
+        );
+        let later = a.now(
+            t + 2 * REANCHOR,
+            || wall0 + 4 * REANCHOR,
+            || t + 2 * REANCHOR,
+        );
+        assert!(
+            later.abs_diff(wall0 + 4 * REANCHOR) <= UNITS_PER_MS,
+            "{later} against {}",
+            wall0 + 4 * REANCHOR
+        );
     }
 }
