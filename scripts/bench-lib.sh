@@ -170,3 +170,21 @@ unword() {
     ARGV_OUT+=("${a//^/$'\n'}")
   done
 }
+
+# load_check_call: loads turnstile's Function library (from "$BENCH" library, written to
+# $OUT) into the private server at $REDIS_PORT and sets FN (its check function) and ARGS
+# (the check's keys and arguments, after "FCALL $FN"), as RedisBackend sends them for one
+# all-admitting token bucket (lua/check.lua's header): KEYS[1] the client's state string;
+# ARGV: "op unconfigured least-TTL cost" (no time: the server's TIME), 1 policy set: tier '',
+# then 1 policy line: parameters "1.1.1000.1000000000" (algorithm 1, token bucket; limit 1;
+# period 1000 ms; burst 10^9) and name "bench". The client key is 32 characters, as the
+# backend's hashed keys are; redis-benchmark puts a random 12-digit number in place of each
+# __rand_int__ (-r 10000: 10,000 keys).
+load_check_call() {
+  "$BENCH" library >"$OUT/library.lua"
+  local lib
+  lib=$(redis-cli -p "$REDIS_PORT" -x FUNCTION LOAD REPLACE <"$OUT/library.lua")
+  FN="${lib}_check"
+  SET=$'\n1.1.1000.1000000000 bench'
+  ARGS=(1 'turnstile:v1:{00000000000000000000__rand_int__}:f4' 'check defaults 0 1' "$SET")
+}

@@ -31,20 +31,8 @@ OUT=$(mktemp -d)
 start_redis
 trap 'stop_redis; rm -rf "$OUT"' EXIT
 R=(redis-cli -p "$REDIS_PORT")
-"$BENCH" library >"$OUT/library.lua"
-LIB=$("${R[@]}" -x FUNCTION LOAD REPLACE <"$OUT/library.lua")
-FN="${LIB}_check"
-
-# The check script's arguments for one all-admitting token bucket, as RedisBackend sends them
-# (lua/check.lua's header): KEYS[1] the client's state string; ARGV: "op unconfigured
-# least-TTL cost" (no time: the server's TIME), 1 policy set: tier '', then 1
-# policy line: parameters "1.1.1000.1000000000" (algorithm 1, token bucket; limit 1; period
-# 1000 ms; burst 10^9) and name "bench". The
-# client key is 32 characters, as the backend's hashed keys are; redis-benchmark puts a
-# random 12-digit number in place of each __rand_int__ (-r 10000: 10,000 keys).
-TAG='00000000000000000000__rand_int__'
-SET=$'\n1.1.1000.1000000000 bench'
-ARGS=(1 "turnstile:v1:{$TAG}:f4" 'check defaults 0 1' "$SET")
+# FN and ARGS: the check as RedisBackend sends it (see load_check_call in bench-lib.sh).
+load_check_call
 
 # Proof the invocation is the same decision: it admits (the compact reply: -1 - now, then
 # the policy's retry, 0 when admitted).

@@ -35,13 +35,8 @@ OUT=$(mktemp -d)
 start_redis
 trap 'stop_redis; rm -rf "$OUT"' EXIT
 R=(redis-cli -p "$REDIS_PORT")
-"$BENCH" library >"$OUT/library.lua"
-LIB=$("${R[@]}" -x FUNCTION LOAD REPLACE <"$OUT/library.lua")
-FN="${LIB}_check"
-# As scripts/bench-redis.sh sends it (see there).
-TAG='00000000000000000000__rand_int__'
-SET=$'\n1.1.1000.1000000000 bench'
-ARGS=(1 "turnstile:v1:{$TAG}:f4" 'check defaults 0 1' "$SET")
+# FN and ARGS: the check as RedisBackend sends it (see load_check_call in bench-lib.sh).
+load_check_call
 
 run() {  # who c n wrapper...: runs the contender under the wrapper, output to $OUT/o
   local who=$1 c=$2 n=$3; shift 3
