@@ -106,16 +106,16 @@ local function set_of(text)
   if set then return set end
   local tier, from = match(text, '^([^\n]*)()')
   if tier ~= '' and not valid_tier(tier) then return nil end
-  -- fast: no sliding log (fast.lua's fast_check may decide it); width: its reply's length
-  -- under the defaults.
-  set = {tier = tier, fast = true, width = 3}
+  -- fast: fast.lua's fast_check may decide it; log: it has a sliding log; width: its reply's
+  -- length under the defaults.
+  set = {tier = tier, fast = true, log = false, width = 3}
   local seen = {}
   for params, name in string.gmatch(string.sub(text, from), '\n([^ \n]*) ([^\n]*)') do
     local p = spec_of(params, name)
     if not p or seen[name] then return nil end
     seen[name] = true
     set[#set + 1] = p
-    if p.alg == 5 then set.fast = false end
+    if p.alg == 5 then set.log = true end
     set.width = set.width + p.a.width
   end
   -- Every line read (a line without its space is skipped by gmatch, not matched).
@@ -252,9 +252,11 @@ local BASE_OF = '^(.+)' .. FORMAT_SUFFIX .. '$'
 -- The configuration of a key whose state string says it has none.
 local NO_CONFIG = {}
 
--- The configuration hash's key of the state string at key (fast_check's, for a fresh key).
+-- The configuration hash's key of the state string at key (fast_check's, for a fresh key),
+-- or nil when key is not one (the general path reports it).
 local function cfgkey_of(key)
-  return string.sub(key, 1, -#FORMAT_SUFFIX - 1) .. '~cfg'
+  local base = match(key, BASE_OF)
+  return base and base .. '~cfg'
 end
 
 -- The server's last TIME seconds (a string) and them in ms.

@@ -1,28 +1,34 @@
 -- turnstile: the fast path of check (check.lua) for the common case: a check (not a refund or
--- a reset) under the defaults' policy set, none of them a sliding log, of a key whose state
--- string (KEYS[1], see states.lua) was written with no configuration (header '0') and holds
--- exactly the set's policies, in the set's order, each under its own parameters — or of a
--- key with no state string and no configuration hash (one EXISTS: a fresh key). It decides
--- from locals: one GET, one anchored match of the whole string against the set's pattern
--- (the header, then per policy its parameter text, exactly its algorithm's count of numbers
--- — digits only, so s + 0 reads them in decimal, as nat — and its name), the algorithms'
--- arithmetic written straight into the reply, and, when every policy admits a cost above 0,
--- one PSETEX of the whole string with the largest of the policies' TTLs. It creates no
--- table but the reply (and, for several policies, the match's captures).
+-- a reset) under the defaults' policy set of a key whose state string (KEYS[1], see
+-- states.lua) was written with no configuration (header '0') and holds exactly the set's
+-- policies, in the set's order, each under its own parameters — or of a key with no state
+-- string and no configuration hash (one EXISTS: a fresh key). It decides from locals: one
+-- GET, one anchored match of the whole string against the set's pattern (the header, then
+-- per policy its parameter text, exactly its algorithm's count of numbers — digits only, so
+-- s + 0 reads them in decimal, as nat — and its name), the algorithms' arithmetic written
+-- straight into the reply, and, when every policy admits a cost above 0, one PSETEX of the
+-- whole string with the largest of the policies' TTLs. It creates no table but the reply
+-- (and, for several policies, the match's captures). A sliding log is decided here only
+-- when it admits with nothing to prune (fast_log): its list's oldest and newest entries
+-- read, then one entry written and the list given the string's TTL.
 --
 -- Anything else — a header 'c' (the key has or had a configuration), a state under other
 -- parameters (carried over), other policies, a string that is not a state, another type at
--- the key — makes fast_check return nil before anything is written, and check takes its
--- general path, which reads the state again and decides (or reports the invalid state)
--- exactly as before. Every decision here is the general path's, step for step (bucket.lua's
--- debt_now and debt_decide, gcra.lua, fixed_window.lua, sliding_window.lua).
+-- the key, a sliding log's query, denial or expired entry — makes fast_check return nil
+-- before anything is written, and check takes its general path, which reads the state
+-- again and decides (or reports the invalid state) exactly as before. Every decision here
+-- is the general path's, step for step (bucket.lua's debt_now and debt_decide, gcra.lua,
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua's decide and admitted), on every
+-- state the scripts leave. (On a sliding log whose newest entry is garbage and its oldest
+-- not, the general path reports it at once; fast_log, which need not read the newest,
+-- appends after it, and the general path reports it when it reads it: a query, a denial,
+-- once the entries before it expire.)
 
 -- A set's policy made ready for the fast path (from spec_of): the anchored pattern of its
 -- stored state (its parameter text, then exactly its algorithm's count of numbers), its
--- reply's width, and the bounds its states are checked against. A sliding log is not.
+-- reply's width, and the bounds its states are checked against.
 local FAST -- the algorithms' fast decisions by id (below)
 local function fast_spec(p)
-  if p.alg == 5 then return end
   -- The policy's line in the state string (states.lua): "\n<params>|<numbers>\t<name>", as a
   -- pattern (every character of the name that is not a letter or digit escaped) and as a
   -- format (a '%' of the name doubled); fmt0 with the header '0' before it (a set of one).
@@ -163,7 +169,72 @@ local function fast_sliding(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   return true, ttl, format(fmt, t, k, m)
 end
 
-FAST = {fast_bucket, fast_bucket, fast_bucket, fast_fixed, nil, fast_sliding}
+-- sliding_log.lua: updated, total, and the log at p.logkey (set by fast_check): decided here
+-- only when it admits c > 0 with nothing to prune, the oldest entry live (else nil: a query, a
+-- denial, an expired entry, an update after now, no log — the general path). It reads the
+-- oldest entry (LINDEX 0), checked as log_entry checks it; the newest (LINDEX -1) only when
+-- the state was updated at now: every entry is at most the update's time, so only then can
+-- the newest be at now, which the entry then grows (LSET); else a new one follows it (RPUSH).
+-- fast_check writes the log once the whole set admits (p.entry, p.grow).
+local function fast_log(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
+  local L, P = p.L, p.P
+  if c == 0 or c > L then return nil end
+  local used = 0
+  p.grow = nil
+  if n1 then
+    n1, n2 = n1 + 0, n2 + 0
+    if n1 > now or n2 < 1 or n2 > L - c then return nil end
+    -- The oldest entry, then the newest: each "digits:digits", a time at most the update's
+    -- (so at most 2^53 - 1) and a cost from 1 to the total.
+    local s = redis.pcall('LINDEX', p.logkey, 0)
+    if not s or s.err then return nil end
+    local t, tc = match(s, '^(%d+):(%d+)$')
+    if not t then return nil end
+    t, tc = t + 0, tc + 0
+    if t > n1 or tc < 1 or tc > n2 or now - t >= P then return nil end
+    if n1 == now then
+      -- Updated at now: the newest entry (no later than the update) may be at now.
+      s = redis.pcall('LINDEX', p.logkey, -1)
+      if not s or s.err then return nil end
+      t, tc = match(s, '^(%d+):(%d+)$')
+      if not t then return nil end
+      t, tc = t + 0, tc + 0
+      if t > n1 or tc < 1 or tc > n2 then return nil end
+      if t == now then p.grow = tc + c end
+    end
+    used = n2
+  end
+  if p.grow then
+    p.entry = format('%d:%d', now, p.grow)
+  else
+    p.entry = format('%d:%d', now, c)
+  end
+  p.nolog = not n1
+  out[o + 1], out[o + 2], out[o + 3] = 0, L - used - c, P
+  local ttl = P
+  if ttl < min_ttl then ttl = min_ttl end
+  return true, ttl, format(fmt, now, used + c)
+end
+
+-- Writes the log of each sliding log of set as fast_log decided it (the whole set admitted)
+-- and gives it the string's TTL ttl (text), as write_states does: a fresh state's leftover
+-- log dropped first, then the entry at now grown or added.
+local function fast_logs(set, ttl)
+  for i = 1, set.count do
+    local p = set[i]
+    if p.alg == 5 then
+      if p.nolog then redis.call('DEL', p.logkey) end
+      if p.grow then
+        redis.call('LSET', p.logkey, -1, p.entry)
+      else
+        redis.call('RPUSH', p.logkey, p.entry)
+      end
+      redis.call('PEXPIRE', p.logkey, ttl)
+    end
+  end
+end
+
+FAST = {fast_bucket, fast_bucket, fast_bucket, fast_fixed, fast_log, fast_sliding}
 
 -- The reply of several policies: n values (7 or more for two policies), head first, the
 -- rest 0, made at (about) its size at once: Redis reads a reply up to its first nil, so the
@@ -190,8 +261,18 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     -- An error reply (another type at the key) is a table; a string's .err is nil (its
     -- metatable's index is the string library), without a call of type().
     if raw.err then return nil end
-  elseif redis.call('EXISTS', cfgkey(key)) ~= 0 then
-    return nil
+  else
+    -- A fresh key: no configuration hash (and a key of the right form: nil, else).
+    local cfg = cfgkey(key)
+    if not cfg or redis.call('EXISTS', cfg) ~= 0 then return nil end
+  end
+  if set.log then
+    -- Each sliding log's list (the key's base, then the policy's suffix).
+    local base = string.sub(key, 1, -#FORMAT_SUFFIX - 1)
+    for i = 1, set.count do
+      local p = set[i]
+      if p.alg == 5 then p.logkey = base .. p.logsuffix end
+    end
   end
   local count = set.count
   if count == 1 then
@@ -211,7 +292,11 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     end
     local ok, ttl, value = p.fast(p, n1, n2, n3, now, cost, min_ttl, out, 1, p.fmt0)
     if ok == nil then return nil end
-    if value then redis.call('PSETEX', key, format('%d', ttl), value) end
+    if value then
+      ttl = format('%d', ttl)
+      redis.call('PSETEX', key, ttl, value)
+      if set.log then fast_logs(set, ttl) end
+    end
     return out
   end
   -- Every policy decided first (its TTL, line and captures' offset kept on its cached
@@ -248,8 +333,13 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
         value = '0'
         for i = 1, count do value = value .. set[i].value end
       end
-      redis.call('PSETEX', key, format('%d', most), value)
+      most = format('%d', most)
+      redis.call('PSETEX', key, most, value)
+      if set.log then fast_logs(set, most) end
     else
+      -- A sliding log's answer as if nothing were consumed needs its reset (the general
+      -- path's).
+      if set.log then return nil end
       for i = 1, count do
         local p = set[i]
         if p.ok then

@@ -2,7 +2,7 @@
 -- machine (Redis CPU time per call is not steady there): the Lua VM instructions and the
 -- function calls the script itself makes per call, counted with debug.sethook in stock Lua
 -- 5.1 (Redis's Lua version), with an in-memory mock of redis.call/pcall (TIME, GET, MGET, SET,
--- PEXPIRE, EXISTS, HMGET of an absent hash, DEL, and the lists' LRANGE, LINDEX, RPUSH, LSET and
+-- PSETEX, PEXPIRE, EXISTS, HMGET of an absent hash, DEL, and the lists' LRANGE, LINDEX, RPUSH, LSET and
 -- LTRIM) whose own work is left out. It does not count what the
 -- Redis commands or the reply's conversion cost: it complements INFO commandstats, never
 -- replaces it. "__rand_int__" in KEY and ARGS is replaced by one of 100 keys, in turn.
@@ -24,6 +24,7 @@ local function cmd(name, ...)
   if name == 'TIME' then clock = clock + 1000; return {tostring(math.floor(clock / 1e6)), tostring(clock % 1e6)} end
   if name == 'GET' then local v = db[a[1]]; if v == nil then return false end; return v end
   if name == 'SET' then db[a[1]] = tostring(a[2]); return {ok = 'OK'} end
+  if name == 'PSETEX' then db[a[1]] = tostring(a[3]); return {ok = 'OK'} end
   if name == "PEXPIRE" then return 1 end
   if name == 'EXISTS' then local n = 0; for i = 1, #a do if db[a[i]] then n = n + 1 end end; return n end
   if name == 'MGET' then local r = {}; for i = 1, #a do r[i] = db[a[i]] or false end; return r end

@@ -969,8 +969,9 @@ async fn malformed_check_arguments_are_refused_by_the_script() {
         .await
         .unwrap();
     let good = "\n1.5.1000.5 p\n4.3.60000.3 q w";
-    let cases: [(&str, &str, bool); 19] = [
+    let cases: [(&str, &str, bool); 20] = [
         ("check defaults 0 1", good, true),
+        ("check defaults 0 1", "\n5.3.1000.3 log\n1.5.1000.5 p", true),
         ("check defaults 0 1", "\n01.5.1000.5 p", true),
         ("check defaults 0 1 1700000000000", good, true),
         ("check defaults 600000 0 5", good, true),
@@ -998,7 +999,7 @@ async fn malformed_check_arguments_are_refused_by_the_script() {
             } else {
                 c.arg(turnstile_redis::CHECK_SCRIPT);
             }
-            let states = format!("args:{{c{i}}}:f3");
+            let states = format!("args:{{c{i}}}:f4");
             c.arg(1).arg(&states).arg(flags).arg(set);
             let what = format!("{command} {flags:?} {set:?}");
             match raw(&url, &c).await {
@@ -1018,6 +1019,33 @@ async fn malformed_check_arguments_are_refused_by_the_script() {
             }
         }
     }
+    // A key that is not a state string's (another format's, no format, no base) is refused
+    // too, a fresh one included, whatever the policies; nothing is written.
+    for (i, key) in ["args:{k}:f3", "args:{k}", ":f4", "args:{k}:f4x"]
+        .into_iter()
+        .enumerate()
+    {
+        for set in [good, "\n5.3.1000.3 log"] {
+            for command in ["FCALL", "EVAL"] {
+                let mut c = redis::cmd(command);
+                if command == "FCALL" {
+                    c.arg(lib.check_function());
+                } else {
+                    c.arg(turnstile_redis::CHECK_SCRIPT);
+                }
+                c.arg(1).arg(key).arg("check defaults 0 1").arg(set);
+                let e = raw(&url, &c).await.unwrap_err();
+                assert!(
+                    e.to_string().contains("malformed key"),
+                    "{command} key {i} {key:?} {set:?}: {e}"
+                );
+            }
+        }
+    }
+    let keys = raw(&url, redis::cmd("KEYS").arg("args:{k}*"))
+        .await
+        .unwrap();
+    assert_eq!(keys, redis::Value::Array(vec![]), "nothing written");
 }
 
 /// Issue 15: a key's configuration (its override, its tier) is never tied to its state's
@@ -1150,6 +1178,21 @@ async fn every_written_key_expires_with_its_reset_after() {
     assert!((29_900..=30_000).contains(&both), "{both}");
     let l = ttl(&log);
     assert!((29_900..=30_000).contains(&l), "{l}");
+    // Again, now from the string alone (the fast path): the log gets the string's TTL anew
+    // (shortened by hand first, so a log left as it was would show).
+    command(server.port(), &format!("PEXPIRE {log} 1000")).unwrap();
+    b.check("k", &pol, 1).await.unwrap();
+    let (both, l) = (ttl(&states), ttl(&log));
+    assert!((29_900..=30_000).contains(&both), "{both}");
+    assert!((29_900..=30_000).contains(&l), "{l}");
+    // A sliding log alone, on a fresh key and then on its own string.
+    for _ in 0..2 {
+        b.check("n", &pol[1..], 1).await.unwrap();
+        let n = b.state_key("n", &pol[1]);
+        let l = ttl(&format!("{}:log", n.replacen("}:", "}~log:", 1)));
+        assert!((29_900..=30_000).contains(&l), "{l}");
+        assert!((29_900..=30_000).contains(&ttl(&n)), "{n}");
+    }
     // Three policies of which the longest (60 s for one token) is neither first nor last.
     let three = [
         p("token-bucket:limit=10,period=10s,name=tb"),
@@ -1159,6 +1202,58 @@ async fn every_written_key_expires_with_its_reset_after() {
     b.check("m", &three, 1).await.unwrap();
     let m = ttl(&b.state_key("m", &three[0]));
     assert!((59_900..=60_000).contains(&m), "{m}");
+}
+
+/// A sliding log's list left without its state string (it may outlive the string by a
+/// moment: each gets its TTL on its own) is a fresh key's: the first admitted request drops
+/// it, and every answer after is the memory backend's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_log_left_without_its_state_is_dropped_by_the_next_request() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let b = backend(&url, "orphan");
+    let t: u64 = 1_700_000_000_000;
+    for (i, pol) in [
+        vec![p("sliding-log:limit=3,period=10s,name=log")],
+        vec![
+            p("token-bucket:limit=5,period=1s,name=tb"),
+            p("sliding-log:limit=3,period=10s,name=log"),
+        ],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let client = format!("orphan{i}");
+        let states = b.state_key(&client, &pol[0]);
+        let log = format!("{}:log", states.replacen("}:", "}~log:", 1));
+        // Live entries using the whole limit, as a string that just expired left them.
+        for entry in [format!("{}:2", t - 300), format!("{}:1", t - 100)] {
+            raw(&url, redis::cmd("RPUSH").arg(&log).arg(entry))
+                .await
+                .unwrap();
+        }
+        let memory = MemoryBackend::new();
+        for (dt, cost) in [(0, 1), (0, 1), (5, 1), (5, 2), (20, 1), (10_001, 3)] {
+            let got = b.check_at(&client, &pol, cost, t + dt).await.unwrap();
+            let want = memory
+                .check_at(&client, &pol, cost, t + dt)
+                .into_inner()
+                .unwrap();
+            assert_eq!(got, want, "set {i} at +{dt} ms, cost {cost}");
+            if dt == 0 && cost == 1 {
+                let entries = raw(&url, redis::cmd("LRANGE").arg(&log).arg(0).arg(-1))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    entries,
+                    redis::Value::Array(vec![redis::Value::BulkString(
+                        format!("{t}:{}", 1 + u64::from(got.remaining() == 1)).into_bytes()
+                    )]),
+                    "set {i}: the leftover entries are gone"
+                );
+            }
+        }
+    }
 }
 
 /// Sends one command to the Redis at `url` and returns its reply.
