@@ -16,7 +16,7 @@
 # that only returns 1 gives the floor, and "defs-only" (the composed script's definitions,
 # then return 1) what an EVALSHA of turnstile's script pays before deciding anything (FCALL
 # pays it once, at FUNCTION LOAD). ROUNDS rounds (default 5), scripts in alternating order;
-# REQUESTS calls each (default 100000).
+# REQUESTS calls each (default 100000); ROWS="name ..." runs only those rows beside gcra.lua.
 # Each EVALSHA row runs with only its own script in the server's Lua state (SCRIPT FLUSH, then
 # SCRIPT LOAD of that one script, before every run), as on a server that runs only it: a Lua
 # state that also holds other scripts' code makes every call pay more garbage-collector work
@@ -73,6 +73,13 @@ three() {  # command: a token bucket per second, a sliding window per hour, a fi
   echo "$1 $target $(row_head $code) ^1.1.1000.1000000000+s^6.1000000000.3600000.1000000000+h^4.100000000.86400000.100000000+d"
 }
 NAMES=(empty defs-only gcra.lua token-bucket gcra leaky-bucket fixed-window sliding-log sliding-window three-policies gcra-evalsha three-evalsha)
+# ROWS="name ...": only these rows (gcra.lua, every ratio's anchor, always runs).
+if [ -n "${ROWS:-}" ]; then
+  for name in $ROWS; do
+    case " ${NAMES[*]} " in *" $name "*) ;; *) echo "$0: no row $name (rows: ${NAMES[*]})" >&2; exit 2 ;; esac
+  done
+  NAMES=(gcra.lua); for name in $ROWS; do [ "$name" = gcra.lua ] || NAMES+=("$name"); done
+fi
 declare -A CMD=(
   [empty]="evalsha $EMPTY 0"
   [defs-only]="evalsha $DEFS 0"
