@@ -180,14 +180,32 @@ impl Anchor {
         // preempted) is not kept, and the next reader tries again.
         let apart = after.saturating_sub(before);
         if apart <= MAX_PAIRING {
-            self.offset
-                .store(w.wrapping_sub(before + apart / 2), Ordering::Relaxed);
-            self.until
-                .store(before.saturating_add(REANCHOR), Ordering::Release);
+            let middle = before + apart / 2;
+            let until = before.saturating_add(REANCHOR);
+            self.offset.store(
+                within_range(w, middle, until).wrapping_sub(middle),
+                Ordering::Relaxed,
+            );
+            self.until.store(until, Ordering::Release);
         }
         self.renewing.store(false, Ordering::Release);
         w
     }
+}
+
+/// The wall reading `w` (units) to pair with counter reading `middle` so that no reading
+/// from the pair wraps: at each counter reading the pair is fresh for (`until` −
+/// [`REANCHOR`] to `until` − 1) it reads within 0..=u64::MAX units. That is `w` itself,
+/// except within a ms of either end of the range: near 0 (a wall clock before the epoch reads
+/// 0) it is raised so that the pair's first fresh counter reading reads 0, and every reading
+/// of the pair then reads 0 ms, as [`SystemClock`] promises before the epoch; near u64::MAX
+/// (past the year 10,000, where the wall reading saturates) it is lowered so that the last
+/// reads u64::MAX. Taken at renewal, so readings stay one addition.
+fn within_range(w: u64, middle: u64, until: u64) -> u64 {
+    let first = until - REANCHOR;
+    let last = until - 1;
+    w.max(middle.saturating_sub(first))
+        .min(u64::MAX - last.saturating_sub(middle))
 }
 
 /// A clock that moves only when told to, for tests and simulations. Clones share one time.
@@ -477,11 +495,26 @@ mod tests {
         }
         // One renewal per ms, and each reading at the counter's last value renews.
         assert!((3..=5).contains(&renewals), "{renewals}");
-        // A renewal pairing its wall reading with counter readings at the very end.
+        // A renewal pairing its wall reading with counter readings at the very end: its
+        // deadline saturates, so the pair is fresh from counter u64::MAX - REANCHOR on, and
+        // is kept exact.
+        let mut c = [u64::MAX - 1, u64::MAX].into_iter();
+        let b = Anchor::new();
+        let w = 2 * REANCHOR + 77;
+        assert_eq!(b.now(u64::MAX - 1, || w, || c.next().unwrap()), w);
+        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), w);
+        assert_eq!(
+            b.now(u64::MAX - REANCHOR, || unreachable!(), || 0),
+            w + 1 - REANCHOR
+        );
+        // A wall reading of 77 units there would read before 0 at the pair's first fresh
+        // counter reading: it is paired to read 0 there instead (and 0 ms at the pairing, as
+        // 77 units is), not wrapped.
         let mut c = [u64::MAX - 1, u64::MAX].into_iter();
         let b = Anchor::new();
         assert_eq!(b.now(u64::MAX - 1, || 77, || c.next().unwrap()), 77);
-        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), 77);
+        assert_eq!(b.now(u64::MAX - REANCHOR, || unreachable!(), || 0), 0);
+        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), REANCHOR - 1);
     }
 
     #[test]
@@ -591,5 +624,27 @@ mod tests {
             "{later} against {}",
             wall0 + 4 * REANCHOR
         );
+    }
+
+    #[test]
+    fn a_wall_clock_at_the_epoch_reads_0_not_a_wrapped_time() {
+        // A wall clock before the epoch reads 0 units. Paired with the middle of counter
+        // readings 40 units apart, a reading at the first of them (fresh) would be 20 units
+        // before 0: it reads 0 ms, not a time wrapped to the year 10,000.
+        let a = Anchor::new();
+        let mut c = [1_000, 1_040].into_iter();
+        assert_eq!(a.now(1_000, || 0, || c.next().unwrap()), 0);
+        for t in [1_000, 1_019, 1_020, 1_000 + REANCHOR - 1] {
+            let read = a.now(t, || unreachable!(), || unreachable!());
+            assert_eq!(read >> UNIT_BITS, 0, "at {t}: {read} units");
+        }
+        // A wall clock saturated at the end of u64 units reads there, not wrapped to 0.
+        let b = Anchor::new();
+        let mut c = [0, 40].into_iter();
+        assert_eq!(b.now(0, || u64::MAX, || c.next().unwrap()), u64::MAX);
+        for t in [0, 20, 21, REANCHOR - 1] {
+            let read = b.now(t, || unreachable!(), || unreachable!());
+            assert!(read >= u64::MAX - REANCHOR, "at {t}: {read} units");
+        }
     }
 }
