@@ -25,17 +25,32 @@ pub trait Clock: Send + Sync + 'static {
 /// renewed as soon as it is 1 ms old.
 ///
 /// # Bound
-/// Every reading is W + Δ rounded down to whole ms, where W is a [`SystemTime::now`] reading
-/// taken less than 1 ms of counter time earlier and Δ the counter time since, or a
-/// [`SystemTime::now`] reading itself (both kept in units of 2^-16 ms, about 15 ns, so
-/// that the reading is a shift, not a division, from them). So while the wall clock runs smoothly (NTP slews it
-/// by at most 500 ppm) the reading is within microseconds of the wall clock: it equals
-/// [`SystemTime::now`] in whole ms, or is one ms off across a millisecond's boundary —
-/// never more than 1 ms from the wall clock. When the wall clock steps (set by hand, or
-/// stepped by NTP), readings follow the new time within 1 ms of counter time; until then
-/// they are the old time's, as a [`SystemTime::now`] read up to 1 ms earlier would be.
-/// Every algorithm treats a clock that steps back as the key's last update time
-/// (`SEMANTICS.md`).
+/// Every reading is W + Δ rounded down to whole ms, or a [`SystemTime::now`] reading itself. W is a
+/// [`SystemTime::now`] reading taken less than 1 ms of counter time earlier, paired with the middle
+/// of two counter readings around it, and Δ the counter time since that middle (all kept in units
+/// of 2^-16 ms, about 15 ns, so that the reading is a shift, not a division, from them). The two
+/// counter readings are at most 50 µs apart (`MAX_PAIRING`, 3,276 units), so the pairing is off by
+/// at most half that, 25 µs (1,638 units); and over the ms a pairing is used, a wall clock that NTP
+/// slews (by at most 500 ppm against the counter's calibrated rate) drifts from the counter by at
+/// most 0.5 µs (33 units). So while the wall clock runs smoothly a reading is, before rounding,
+/// within 25.5 µs of [`SystemTime::now`] read at the same moment: in whole ms it equals it, or is
+/// one ms off across a millisecond's boundary — never more than 1 ms from the wall clock. When the
+/// wall clock steps (set by hand, or stepped by NTP), readings follow the new time within 1 ms of
+/// counter time; until then they are the old time's, as a [`SystemTime::now`] read up to 1 ms
+/// earlier would be. A wall clock before the epoch reads 0.
+///
+/// Readings are not monotonic, even while the wall clock runs smoothly: a reading taken after
+/// another (on the same thread, or after it by synchronisation) may be earlier by up to twice that
+/// bound, 51 µs, when a renewal replaces a pairing that was off one way by one off the other way,
+/// or one that ran ahead of a wall clock slewed slow by an exact one; in whole ms, it is then 1 ms
+/// earlier when a millisecond's boundary falls in that step, never more. Readings from one pairing
+/// never go back while the counter runs forward, and a renewal alone cannot avoid the step: a
+/// pairing gains on a wall clock slewed slow, so one that refused to go back would run ahead of it
+/// without bound; only a per-reading cost (an atomic read-modify-write, or readings that stall)
+/// would make readings monotonic. Every backend treats a time earlier than a key's last update as
+/// that update's time (`SEMANTICS.md`), as for a wall clock that NTP steps back: a decision is
+/// taken at the reading or at the key's last update, whichever is later, so such a step gives no
+/// quota back.
 ///
 /// The first reading in a process calibrates the counter (up to 200 ms, once, shared with
 /// every other `quanta` user); [`MemoryBackend::builder`](crate::MemoryBackend::builder)
@@ -180,14 +195,32 @@ impl Anchor {
         // preempted) is not kept, and the next reader tries again.
         let apart = after.saturating_sub(before);
         if apart <= MAX_PAIRING {
-            self.offset
-                .store(w.wrapping_sub(before + apart / 2), Ordering::Relaxed);
-            self.until
-                .store(before.saturating_add(REANCHOR), Ordering::Release);
+            let middle = before + apart / 2;
+            let until = before.saturating_add(REANCHOR);
+            self.offset.store(
+                within_range(w, middle, until).wrapping_sub(middle),
+                Ordering::Relaxed,
+            );
+            self.until.store(until, Ordering::Release);
         }
         self.renewing.store(false, Ordering::Release);
         w
     }
+}
+
+/// The wall reading `w` (units) to pair with counter reading `middle` so that no reading
+/// from the pair wraps: at each counter reading the pair is fresh for (`until` −
+/// [`REANCHOR`] to `until` − 1) it reads within 0..=u64::MAX units. That is `w` itself,
+/// except within a ms of either end of the range: near 0 (a wall clock before the epoch reads
+/// 0) it is raised so that the pair's first fresh counter reading reads 0, and every reading
+/// of the pair then reads 0 ms, as [`SystemClock`] promises before the epoch; near u64::MAX
+/// (past the year 10,000, where the wall reading saturates) it is lowered so that the last
+/// reads u64::MAX. Taken at renewal, so readings stay one addition.
+fn within_range(w: u64, middle: u64, until: u64) -> u64 {
+    let first = until - REANCHOR;
+    let last = until - 1;
+    w.max(middle.saturating_sub(first))
+        .min(u64::MAX - last.saturating_sub(middle))
 }
 
 /// A clock that moves only when told to, for tests and simulations. Clones share one time.
@@ -477,11 +510,26 @@ mod tests {
         }
         // One renewal per ms, and each reading at the counter's last value renews.
         assert!((3..=5).contains(&renewals), "{renewals}");
-        // A renewal pairing its wall reading with counter readings at the very end.
+        // A renewal pairing its wall reading with counter readings at the very end: its
+        // deadline saturates, so the pair is fresh from counter u64::MAX - REANCHOR on, and
+        // is kept exact.
+        let mut c = [u64::MAX - 1, u64::MAX].into_iter();
+        let b = Anchor::new();
+        let w = 2 * REANCHOR + 77;
+        assert_eq!(b.now(u64::MAX - 1, || w, || c.next().unwrap()), w);
+        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), w);
+        assert_eq!(
+            b.now(u64::MAX - REANCHOR, || unreachable!(), || 0),
+            w + 1 - REANCHOR
+        );
+        // A wall reading of 77 units there would read before 0 at the pair's first fresh
+        // counter reading: it is paired to read 0 there instead (and 0 ms at the pairing, as
+        // 77 units is), not wrapped.
         let mut c = [u64::MAX - 1, u64::MAX].into_iter();
         let b = Anchor::new();
         assert_eq!(b.now(u64::MAX - 1, || 77, || c.next().unwrap()), 77);
-        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), 77);
+        assert_eq!(b.now(u64::MAX - REANCHOR, || unreachable!(), || 0), 0);
+        assert_eq!(b.now(u64::MAX - 1, || unreachable!(), || 0), REANCHOR - 1);
     }
 
     #[test]
@@ -591,5 +639,103 @@ mod tests {
             "{later} against {}",
             wall0 + 4 * REANCHOR
         );
+    }
+
+    #[test]
+    fn a_wall_clock_at_the_epoch_reads_0_not_a_wrapped_time() {
+        // A wall clock before the epoch reads 0 units. Paired with the middle of counter
+        // readings 40 units apart, a reading at the first of them (fresh) would be 20 units
+        // before 0: it reads 0 ms, not a time wrapped to the year 10,000.
+        let a = Anchor::new();
+        let mut c = [1_000, 1_040].into_iter();
+        assert_eq!(a.now(1_000, || 0, || c.next().unwrap()), 0);
+        for t in [1_000, 1_019, 1_020, 1_000 + REANCHOR - 1] {
+            let read = a.now(t, || unreachable!(), || unreachable!());
+            assert_eq!(read >> UNIT_BITS, 0, "at {t}: {read} units");
+        }
+        // A wall clock saturated at the end of u64 units reads there, not wrapped to 0.
+        let b = Anchor::new();
+        let mut c = [0, 40].into_iter();
+        assert_eq!(b.now(0, || u64::MAX, || c.next().unwrap()), u64::MAX);
+        for t in [0, 20, 21, REANCHOR - 1] {
+            let read = b.now(t, || unreachable!(), || unreachable!());
+            assert!(read >= u64::MAX - REANCHOR, "at {t}: {read} units");
+        }
+    }
+
+    #[test]
+    fn readings_go_back_at_most_twice_the_pairing_error_and_whole_ms_at_most_1() {
+        // Each renewal's wall reading taken at one end of its counter readings, which are
+        // MAX_PAIRING apart, the ends alternating: pairings off by MAX_PAIRING / 2 one way,
+        // then the other. The wall clock runs with the counter. Around each renewal (by A,
+        // at 37 units past the deadline, so that renewals come at every phase of a ms),
+        // reader B reads the last counter unit of the old pairing, then a counter reading
+        // taken while A renewed, from the new pairing.
+        let wall0 = 1_700_000_000_000u64 * UNITS_PER_MS;
+        let a = Anchor::new();
+        let mut c = [0, MAX_PAIRING].into_iter();
+        a.now(0, || wall0 + MAX_PAIRING, || c.next().unwrap());
+        let (mut until, mut ms_back) = (REANCHOR, 0);
+        for k in 0..2_000 {
+            let old = a.now(until - 1, || unreachable!(), || unreachable!());
+            let t = until + 37;
+            let at = if k % 2 == 0 { t } else { t + MAX_PAIRING };
+            let mut c = [t, t + MAX_PAIRING].into_iter();
+            assert_eq!(a.now(t, || wall0 + at, || c.next().unwrap()), wall0 + at);
+            let new = a.now(t + 1, || unreachable!(), || unreachable!());
+            for (x, read) in [(until - 1, old), (t + 1, new)] {
+                assert!(read.abs_diff(wall0 + x) <= MAX_PAIRING / 2, "{x}: {read}");
+            }
+            // B's readings go back by at most twice the pairing error; whole ms by at most 1.
+            assert!(old <= new + MAX_PAIRING, "{t}: {new} after {old}");
+            assert!(old >> UNIT_BITS <= (new >> UNIT_BITS) + 1, "{t}");
+            if new >> UNIT_BITS < old >> UNIT_BITS {
+                ms_back += 1;
+            }
+            until = t + REANCHOR;
+        }
+        // The bound is reached: whole ms do go back, where a boundary falls in a step.
+        assert!(ms_back > 0, "{ms_back}");
+    }
+
+    #[test]
+    fn readings_go_back_at_most_the_drift_of_a_ms_under_a_500_ppm_slew() {
+        // The wall clock slewed by NTP at its limit against the counter, exact pairings: slow,
+        // each pairing runs ahead of it by up to 500 ppm of a ms (33 units) before the next
+        // renewal goes back to it; fast, readings never go back.
+        let drift = REANCHOR / 2_000 + 1;
+        for slow in [true, false] {
+            let wall = |t: u64| {
+                let w = 1_700_000_000_000u64 * UNITS_PER_MS + 40_000 + t;
+                if slow {
+                    w - t / 2_000
+                } else {
+                    w + t / 2_000
+                }
+            };
+            let a = Anchor::new();
+            let (mut t, mut last, mut ms_back) = (0u64, 0u64, 0);
+            while t < 2_000 * REANCHOR {
+                let read = a.now(t, || wall(t), || t);
+                assert!(
+                    read.abs_diff(wall(t)) <= drift,
+                    "{t}: {read} vs {}",
+                    wall(t)
+                );
+                if slow {
+                    assert!(last <= read + drift, "{t}: {read} after {last}");
+                    assert!(last >> UNIT_BITS <= (read >> UNIT_BITS) + 1, "{t}");
+                } else {
+                    assert!(last <= read, "{t}: {read} after {last}");
+                }
+                if read >> UNIT_BITS < last >> UNIT_BITS {
+                    ms_back += 1;
+                }
+                last = read;
+                t += 7;
+            }
+            // Slow, the bound is reached: whole ms do go back, where a boundary falls in a step.
+            assert_eq!(ms_back > 0, slow, "{ms_back}");
+        }
     }
 }
