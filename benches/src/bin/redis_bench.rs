@@ -6,6 +6,7 @@
 //! redis_bench library > library.lua        # turnstile_redis::library().source(), verbatim
 //! redis_bench run --url redis://127.0.0.1:6379 --concurrency 64 --duration-ms 5000
 //! redis_bench run --url ... --concurrency 64 --flood --deny-cache off
+//! redis_bench run --url ... --concurrency 1 --raw   # diagnosis: redis-rs alone, no backend
 //! ```
 //!
 //! `run` prints one line of `name=value` fields: decisions, decisions per second, latency
@@ -92,6 +93,14 @@ struct Run {
     /// service runs the multi-thread runtime).
     #[arg(long)]
     current_thread: bool,
+    /// Diagnosis only: no `RedisBackend`; each task sends redis-benchmark's `FCALL` of the
+    /// check function straight through one redis-rs `MultiplexedConnection` (commands built
+    /// before the run), to tell redis-rs's and tokio's share of a decision from the backend's.
+    #[arg(long)]
+    raw: bool,
+    /// With --raw: each call bounded by `tokio::time::timeout` (10 s), as the backend's is.
+    #[arg(long)]
+    raw_timeout: bool,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -121,6 +130,7 @@ async fn run_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             std::io::stdout().write_all(library().source().as_bytes())?;
             Ok(())
         }
+        Command::Run(run) if run.raw => raw(run).await,
         Command::Run(run) => bench(run).await,
     }
 }
@@ -310,4 +320,84 @@ async fn phase<B: Backend>(
         out.push(t.await??);
     }
     Ok(out)
+}
+
+/// `run --raw`: redis-benchmark's `FCALL` through a bare `MultiplexedConnection` (see `Run::raw`).
+async fn raw(run: Run) -> Result<(), Box<dyn std::error::Error>> {
+    let source = library().source();
+    let name = source
+        .lines()
+        .next()
+        .and_then(|l| l.split("name=").nth(1))
+        .ok_or("the library names itself on its first line")?
+        .trim()
+        .to_owned();
+    let client = redis::Client::open(run.url.as_str())?;
+    let conn = client.get_multiplexed_async_connection().await?;
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(source)
+        .query_async(&mut conn.clone())
+        .await?;
+    let function = format!("{name}_check");
+    let cmds: Arc<[redis::Cmd]> = (0..run.keys.max(1))
+        .map(|i| {
+            let mut c = redis::cmd("FCALL");
+            c.arg(&function)
+                .arg(1)
+                .arg(format!("turnstile:v1:{{{i:032}}}:f4"))
+                .arg("check defaults 0 1")
+                .arg("\n1.1.1000.1000000000 bench");
+            c
+        })
+        .collect();
+    let go = |dur: Duration| {
+        let mut tasks = Vec::new();
+        for t in 0..run.concurrency.max(1) {
+            let (mut conn, cmds, timed) = (conn.clone(), Arc::clone(&cmds), run.raw_timeout);
+            tasks.push(tokio::spawn(async move {
+                let deadline = Instant::now() + dur;
+                let mut lat = Vec::new();
+                let mut i = t.wrapping_mul(7919);
+                loop {
+                    let start = Instant::now();
+                    if start >= deadline {
+                        return Ok::<_, redis::RedisError>(lat);
+                    }
+                    let cmd = &cmds[i % cmds.len()];
+                    i = i.wrapping_add(1);
+                    let v: redis::Value = if timed {
+                        tokio::time::timeout(Duration::from_secs(10), conn.send_packed_command(cmd))
+                            .await
+                            .map_err(|_| {
+                                redis::RedisError::from((redis::ErrorKind::Io, "timeout"))
+                            })??
+                    } else {
+                        conn.send_packed_command(cmd).await?
+                    };
+                    std::hint::black_box(v);
+                    lat.push(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                }
+            }));
+        }
+        tasks
+    };
+    for t in go(Duration::from_millis(500)) {
+        t.await??;
+    }
+    let t0 = Instant::now();
+    let mut lat = Vec::new();
+    for t in go(Duration::from_millis(run.duration_ms)) {
+        lat.extend(t.await??);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    let p50 = lat.get(lat.len() / 2).copied().unwrap_or(0) as f64 / 1000.0;
+    println!(
+        "decisions={} seconds={secs:.3} per_sec={:.0} p50_us={p50:.1}",
+        lat.len(),
+        lat.len() as f64 / secs
+    );
+    Ok(())
 }
