@@ -1,16 +1,4 @@
-//! The sliding log on Redis (algorithm id 5): the fast path (`lua/fast.lua`'s `fast_log`)
-//! against the general path (`sliding_log.lua`, `check.lua`) and the memory backend.
-//!
-//! Each trace runs every operation three times: in memory (the reference for decisions), on
-//! a Redis client key `A-<k>` that the fast path may decide (it is kept without a
-//! configuration hash whenever the trace has configured nothing for it: a configuration
-//! holding only a version expires after a day, which is dropped here at once), and on a
-//! client key `B-<k>` that always holds a version in its configuration hash, so every check
-//! takes the general path. After every operation both keys must hold the same state string
-//! (but for its header), the same log entries, and expiry times that differ by no more than
-//! the real time between the two calls; within each key every log with a line in the string
-//! expires with the string, and its entries add up to the line's total, one per millisecond,
-//! oldest first, none after the line's update.
+//! The harness of the sliding-log traces (see main.rs).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -21,16 +9,16 @@ use turnstile_tests::redis_server::{RedisCluster, RedisServer};
 use turnstile_tests::state_string::f4_problem;
 
 /// 2^53 − 1: the largest time and cost the contract accepts.
-const MAX_EXACT: u64 = (1 << 53) - 1;
+pub(crate) const MAX_EXACT: u64 = (1 << 53) - 1;
 
 /// Every policy name the traces use (each may be a sliding log in some set).
-const NAMES: [&str; 3] = ["a", "b", "c"];
+pub(crate) const NAMES: [&str; 3] = ["a", "b", "c"];
 
-fn p(spec: &str) -> Policy {
+pub(crate) fn p(spec: &str) -> Policy {
     spec.parse().unwrap()
 }
 
-fn backend(url: &str, test: &str, mode: ScriptMode, cluster: bool) -> RedisBackend {
+pub(crate) fn backend(url: &str, test: &str, mode: ScriptMode, cluster: bool) -> RedisBackend {
     RedisBackend::builder(url)
         .prefix(format!(
             "turnstile:test:slr:{test}:{:?}:{}",
@@ -46,13 +34,13 @@ fn backend(url: &str, test: &str, mode: ScriptMode, cluster: bool) -> RedisBacke
 
 /// A decision without its configuration's version (the fast key's configuration hash is
 /// dropped, as it expires, so its version restarts).
-fn nv(d: Decision) -> Decision {
+pub(crate) fn nv(d: Decision) -> Decision {
     let applied = d.applied().clone();
     d.with_applied(applied, 0)
 }
 
 /// Where a client key's Redis keys live, and one connection per node.
-struct Raw {
+pub(crate) struct Raw {
     /// The single server's URL, or each Cluster node's.
     urls: Vec<String>,
     cluster: Option<RedisCluster>,
@@ -61,7 +49,7 @@ struct Raw {
 
 /// Reads a client key's state string, its expiry, and each name's log key (type, entries,
 /// expiry) in one call (all keys share the client's hash tag).
-const SNAPSHOT: &str = r"
+pub(crate) const SNAPSHOT: &str = r"
 local out = {}
 local s = redis.pcall('GET', KEYS[1])
 if type(s) == 'string' then out[1] = s else out[1] = '' end
@@ -80,17 +68,17 @@ return out
 
 /// What Redis holds for one client key.
 #[derive(Debug, Clone, PartialEq)]
-struct Stored {
+pub(crate) struct Stored {
     /// The state string, '' when there is none.
-    string: String,
+    pub(crate) string: String,
     /// Its PEXPIRETIME (-2: no key, -1: no expiry).
-    expires: i64,
+    pub(crate) expires: i64,
     /// Per name of NAMES: the log key's type, its entries joined by ',', its PEXPIRETIME.
-    logs: Vec<(String, String, i64)>,
+    pub(crate) logs: Vec<(String, String, i64)>,
 }
 
 impl Raw {
-    fn single(server: &RedisServer) -> Raw {
+    pub(crate) fn single(server: &RedisServer) -> Raw {
         Raw {
             urls: vec![server.url()],
             cluster: None,
@@ -98,7 +86,7 @@ impl Raw {
         }
     }
 
-    fn cluster(cluster: RedisCluster) -> Raw {
+    pub(crate) fn cluster(cluster: RedisCluster) -> Raw {
         Raw {
             urls: cluster.nodes().iter().map(|n| n.url()).collect(),
             cluster: Some(cluster),
@@ -106,11 +94,11 @@ impl Raw {
         }
     }
 
-    fn seed_url(&self) -> String {
+    pub(crate) fn seed_url(&self) -> String {
         self.urls.join(",")
     }
 
-    async fn conn(&mut self, key: &str) -> &mut redis::aio::MultiplexedConnection {
+    pub(crate) async fn conn(&mut self, key: &str) -> &mut redis::aio::MultiplexedConnection {
         let i = match &self.cluster {
             Some(c) => c.node_of_key(key),
             None => 0,
@@ -123,11 +111,15 @@ impl Raw {
         self.conns.get_mut(&i).unwrap()
     }
 
-    async fn cmd(&mut self, key: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+    pub(crate) async fn cmd(
+        &mut self,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<redis::Value> {
         cmd.query_async(self.conn(key).await).await
     }
 
-    async fn snapshot(&mut self, keys: &Keys) -> Stored {
+    pub(crate) async fn snapshot(&mut self, keys: &Keys) -> Stored {
         let mut c = redis::cmd("EVAL");
         c.arg(SNAPSHOT).arg(1 + NAMES.len()).arg(&keys.string);
         for l in &keys.logs {
@@ -147,13 +139,13 @@ impl Raw {
 }
 
 /// A client key's Redis keys.
-struct Keys {
-    string: String,
-    cfg: String,
-    logs: Vec<String>,
+pub(crate) struct Keys {
+    pub(crate) string: String,
+    pub(crate) cfg: String,
+    pub(crate) logs: Vec<String>,
 }
 
-fn keys_of(b: &RedisBackend, client: &str) -> Keys {
+pub(crate) fn keys_of(b: &RedisBackend, client: &str) -> Keys {
     let string = b.state_key(client, &p("sliding-log:limit=1,period=1s"));
     let base = string.strip_suffix(":f4").unwrap().to_string();
     let logs = NAMES.iter().map(|n| format!("{base}~log:f4:{n}")).collect();
@@ -168,7 +160,7 @@ fn keys_of(b: &RedisBackend, client: &str) -> Keys {
 /// well-formed string; every sliding log with a line in it a list expiring with the string,
 /// its entries "time:cost" strictly increasing in time, none after the line's update, each
 /// cost at least 1, adding up to the line's total.
-fn stored_problem(s: &Stored, slack: i64) -> Option<String> {
+pub(crate) fn stored_problem(s: &Stored, slack: i64) -> Option<String> {
     if s.string.is_empty() {
         return None;
     }
@@ -228,7 +220,7 @@ fn stored_problem(s: &Stored, slack: i64) -> Option<String> {
 /// buckets and windows that deny while the log admits and the reverse, two logs in a set,
 /// logs whose period is above the least TTL (600 s with explicit times: their TTL shows),
 /// and the same names under other parameters and other algorithms (carry-over).
-fn sets() -> Vec<Vec<Policy>> {
+pub(crate) fn sets() -> Vec<Vec<Policy>> {
     vec![
         vec![p("sliding-log:limit=5,period=1s,name=a")],
         vec![p("sliding-log:limit=3,period=20m,name=a")],
@@ -271,7 +263,7 @@ fn sets() -> Vec<Vec<Policy>> {
 }
 
 /// The periods of the sliding logs of a policy set.
-fn log_periods(set: &[Policy]) -> Vec<u64> {
+pub(crate) fn log_periods(set: &[Policy]) -> Vec<u64> {
     set.iter()
         .filter(|p| p.to_string().starts_with("sliding-log"))
         .map(|p| p.period_ms())
@@ -279,17 +271,17 @@ fn log_periods(set: &[Policy]) -> Vec<u64> {
 }
 
 /// One run of a pseudo-random trace (see the module's comment).
-struct Trace {
-    b: RedisBackend,
-    raw: Raw,
-    memory: MemoryBackend,
-    seed: u64,
+pub(crate) struct Trace {
+    pub(crate) b: RedisBackend,
+    pub(crate) raw: Raw,
+    pub(crate) memory: MemoryBackend,
+    pub(crate) seed: u64,
     /// The largest real time one step's two Redis calls took, in ms.
-    slack: i64,
+    pub(crate) slack: i64,
 }
 
 impl Trace {
-    fn next(&mut self, n: u64) -> u64 {
+    pub(crate) fn next(&mut self, n: u64) -> u64 {
         self.seed ^= self.seed << 13;
         self.seed ^= self.seed >> 7;
         self.seed ^= self.seed << 17;
@@ -297,7 +289,7 @@ impl Trace {
     }
 
     /// Compares what Redis holds at the fast key and at the general key of `client`.
-    async fn compare_stored(&mut self, client: &str, ctx: &str) -> Stored {
+    pub(crate) async fn compare_stored(&mut self, client: &str, ctx: &str) -> Stored {
         let (ka, kb) = (
             keys_of(&self.b, &format!("A-{client}")),
             keys_of(&self.b, &format!("B-{client}")),
@@ -341,7 +333,7 @@ impl Trace {
         a
     }
 
-    async fn run(mut self, steps: usize) {
+    pub(crate) async fn run(mut self, steps: usize) {
         let sets = sets();
         let clients = ["x", "y"];
         let mut limits = Limits::new(sets[0].clone()).unwrap();
@@ -571,89 +563,5 @@ impl Trace {
         );
         assert!(fast_eligible as usize > steps / 5, "{fast_eligible}");
         self.b.delete_prefix().await.unwrap();
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("TURNSTILE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x2545_f491_4f6c_dd1d)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dense_sliding_log_traces_store_on_the_fast_path_what_the_general_path_stores() {
-    let server = RedisServer::start();
-    for (i, mode) in [ScriptMode::Auto, ScriptMode::Eval].into_iter().enumerate() {
-        let raw = Raw::single(&server);
-        let trace = Trace {
-            b: backend(&raw.seed_url(), "dense", mode, false),
-            raw,
-            memory: MemoryBackend::new(),
-            seed: seed().rotate_left(7 * i as u32) | 1,
-            slack: 0,
-        };
-        trace.run(2_500).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dense_sliding_log_traces_on_a_cluster_match_too() {
-    let raw = Raw::cluster(RedisCluster::start(3));
-    let trace = Trace {
-        b: backend(&raw.seed_url(), "cluster", ScriptMode::Auto, true),
-        raw,
-        memory: MemoryBackend::new(),
-        seed: seed().rotate_left(29) | 1,
-        slack: 0,
-    };
-    trace.run(600).await;
-}
-
-/// Found by the trace above: a refund at a time before the key's last update (the clock
-/// stepped back) is made at the last update's time; when it leaves nothing in use, Redis
-/// drops the state, so the next request at the earlier time starts from that time, where
-/// memory keeps the state (its expiry, the update's time, is after the clock) and decides
-/// from the update's time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refund_before_the_last_update_that_empties_the_state_keeps_its_time() {
-    let server = RedisServer::start();
-    for mode in [ScriptMode::Auto, ScriptMode::Eval] {
-        let b = backend(&server.url(), "refund-back", mode, false);
-        let memory = MemoryBackend::new();
-        for spec in [
-            "token-bucket:limit=5,period=1s",
-            "fixed-window:limit=5,period=1s",
-            "sliding-window:limit=5,period=1s",
-            "sliding-log:limit=5,period=1s",
-        ] {
-            let limits = Limits::new([p(spec)]).unwrap();
-            let key = format!("k-{spec}");
-            let mut steps = Vec::new();
-            for (op, t, cost) in [
-                ("check", 1_000, 1),
-                ("refund", 500, 1),
-                ("check", 500, 5),
-                ("check", 1_400, 1),
-            ] {
-                let (got, want) = if op == "check" {
-                    (
-                        b.check_limits(&key, &limits, cost, Some(t)).await.unwrap(),
-                        memory
-                            .check_limits(&key, &limits, cost, Some(t))
-                            .into_inner()
-                            .unwrap(),
-                    )
-                } else {
-                    (
-                        b.refund(&key, &limits, cost, Some(t)).await.unwrap(),
-                        memory.refund(&key, &limits, cost, Some(t)).await.unwrap(),
-                    )
-                };
-                steps.push(format!("{op} {cost} at {t}"));
-                assert_eq!(nv(got), nv(want), "{mode:?} {spec}: {steps:?}");
-            }
-        }
-        b.delete_prefix().await.unwrap();
     }
 }
