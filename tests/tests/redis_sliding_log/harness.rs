@@ -12,7 +12,10 @@ use turnstile_tests::state_string::f4_problem;
 pub(crate) const MAX_EXACT: u64 = (1 << 53) - 1;
 
 /// Every policy name the traces use (each may be a sliding log in some set).
-pub(crate) const NAMES: [&str; 3] = ["a", "b", "c"];
+pub(crate) const NAMES: [&str; 4] = ["a", "b", "c", ODD];
+
+/// A policy name of every kind of character a Lua pattern or format treats specially.
+pub(crate) const ODD: &str = "d %1|x.-+*?[^$]()%% 0";
 
 pub(crate) fn p(spec: &str) -> Policy {
     spec.parse().unwrap()
@@ -100,7 +103,12 @@ impl Raw {
 
     pub(crate) async fn conn(&mut self, key: &str) -> &mut redis::aio::MultiplexedConnection {
         let i = match &self.cluster {
-            Some(c) => c.node_of_key(key),
+            // By the key's hash tag alone (a policy name may hold spaces).
+            Some(c) => {
+                let from = key.find('{').unwrap();
+                let to = from + key[from..].find('}').unwrap();
+                c.node_of_key(&key[from..=to])
+            }
             None => 0,
         };
         if !self.conns.contains_key(&i) {
@@ -253,6 +261,11 @@ pub(crate) fn sets() -> Vec<Vec<Policy>> {
         vec![
             p("sliding-log:limit=285616,period=365d,name=a"),
             p("sliding-log:limit=7,period=1500ms,name=b"),
+        ],
+        vec![
+            p("token-bucket:limit=4,period=1s,name=a"),
+            p("sliding-log:limit=3,period=1s").with_name(ODD).unwrap(),
+            p("sliding-log:limit=5,period=14m").with_name("b").unwrap(),
         ],
         vec![
             p("sliding-window:limit=3,period=1s,name=a"),
