@@ -209,9 +209,11 @@ end
 -- version, then as turnstile-core's refund: a carried-over state is stored (the old
 -- parameters' state is gone), then cost units go back, if there are any to give (refund
 -- returns nil when there is nothing: another window, an empty log). A state with nothing
--- left in use is dropped (a sliding log's list with it). Sets each policy's line and TTL
--- for write_states. Returns an error, or nil.
-local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept)
+-- left in use is dropped (a sliding log's list with it) — unless the clock (now) reads
+-- earlier than its last update, whose time the refund took: then, as in memory, it is kept
+-- (its time with it) until the clock passes that time. Sets each policy's line and TTL for
+-- write_states. Returns an error, or nil.
+local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept, now)
   local scratch = {}
   for i = 1, #policies do
     local p = policies[i]
@@ -219,7 +221,7 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states
     if ok == nil then return reset end
     -- Unchanged unless refunded below: kept as it is while in use.
     p.line, p.ttl = nil, ttl_of(min_ttl, reset)
-    if states[p.name] and reset > 0 then p.line = '\n' .. states[p.name] .. '\t' .. p.name end
+    if states[p.name] and (reset > 0 or p.now > now) then p.line = '\n' .. states[p.name] .. '\t' .. p.name end
   end
   bump(cfgkey, cfg, out, key)
   for i = 1, #policies do
@@ -235,9 +237,14 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states
         p.line, p.ttl, p.st = '\n' .. a.encode(p.params, st) .. '\t' .. p.name,
           ttl_of(min_ttl, reset), st
       else
-        -- nothing left in use: the state is fresh
-        p.line, p.st = nil, a.fresh()
+        -- nothing left in use: the state is fresh (a sliding log's list dropped); kept as a
+        -- fresh state at its time while that is after the clock's
         if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
+        p.line, p.st = nil, a.fresh()
+        if p.now > now then
+          p.st = fresh_at(p, p.now)
+          p.line, p.ttl = '\n' .. a.encode(p.params, p.st) .. '\t' .. p.name, ttl_of(min_ttl, 0)
+        end
       end
     end
   end
@@ -405,7 +412,8 @@ local function check(KEYS, ARGV)
   end
 
   if op == 'refund' then
-    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept)
+    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept,
+      now)
     if err then return redis.error_reply(err.err) end
   end
 

@@ -172,7 +172,9 @@ end
 
 -- The TTL the state of a policy that does not apply to this call still needs at now (see
 -- above): its own reset_after, rounded up, at least min_ttl; 0 when nothing of it is in use
--- (it is dropped). Or nil and the error when it is not a state.
+-- (it is dropped) and its last update is not after now (a clock that reads earlier keeps
+-- it, as memory does, until it passes the update). Or nil and the error when it is not a
+-- state.
 local function kept_ttl(key, base, name, state, now, min_ttl)
   local q = own_policy(base, name, state)
   if not q then return nil, bad(key, 'the state of ' .. name) end
@@ -182,7 +184,7 @@ local function kept_ttl(key, base, name, state, now, min_ttl)
   if st.updated > t then t = st.updated end
   local ok, reset = q.a.decide(q, st, t, 0, {}, 0)
   if ok == nil then return nil, reset end
-  if reset <= 0 then return 0 end
+  if reset <= 0 and t == now then return 0 end
   return ttl_of(min_ttl, reset)
 end
 
