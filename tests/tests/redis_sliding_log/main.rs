@@ -27,11 +27,14 @@ use turnstile_tests::redis_server::{RedisCluster, RedisServer};
 /// at different moments. Memory drops a state once the trace's clock passes its
 /// `reset_after`; Redis expires it on its own clock, and simulations give every key at least
 /// 600 s (the least TTL). Both are what SEMANTICS.md allows (a backend *may* drop a state once
-/// its `reset_after` has elapsed). They part only when the trace's clock then steps back
-/// before that state's last update: Redis still holds the state and decides at its update's
-/// time, memory decides at the request's own. `TURNSTILE_SEED=13` reaches that at step 2,258.
-/// The same holds for every algorithm; with `SystemClock` on a live server no state outlives its
-/// `reset_after` by more than a millisecond, so it does not arise there.
+/// its `reset_after` has elapsed). They part only when the trace's clock then steps back to
+/// before the moment memory dropped the state: Redis still holds it and decides on it (at its
+/// last update's time when that is later; a sliding log's entries live again), memory as for a
+/// fresh key. `TURNSTILE_SEED=13` reaches that at step 2,258 (decided at the update's time),
+/// `TURNSTILE_SEED=24` at step 2,250 (a query 1 ms past the log's expiry, then a check 560 ms
+/// before it: Redis denies on the entries, memory admits). The same holds for every
+/// algorithm; with `SystemClock` on a live server no state outlives its `reset_after` by more
+/// than a millisecond, so it does not arise there.
 fn seed() -> u64 {
     std::env::var("TURNSTILE_SEED")
         .ok()
