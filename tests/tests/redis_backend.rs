@@ -994,16 +994,20 @@ async fn malformed_check_arguments_are_refused_by_the_script() {
         ("check defaults 0 1 17e11", good, false),
         ("check defaults 0 9007199254740992", good, false),
     ];
+    // The check called through FCALL or EVAL with one key and its two arguments.
+    let call = |command: &str, key: &str, flags: &str, set: &str| {
+        let mut c = redis::cmd(command);
+        if command == "FCALL" {
+            c.arg(lib.check_function());
+        } else {
+            c.arg(turnstile_redis::CHECK_SCRIPT);
+        }
+        c.arg(1).arg(key).arg(flags).arg(set);
+        c
+    };
     for (i, (flags, set, ok)) in cases.into_iter().enumerate() {
         for command in ["FCALL", "EVAL"] {
-            let mut c = redis::cmd(command);
-            if command == "FCALL" {
-                c.arg(lib.check_function());
-            } else {
-                c.arg(turnstile_redis::CHECK_SCRIPT);
-            }
-            let states = format!("args:{{c{i}}}:f4");
-            c.arg(1).arg(&states).arg(flags).arg(set);
+            let c = call(command, &format!("args:{{c{i}}}:f4"), flags, set);
             let what = format!("{command} {flags:?} {set:?}");
             match raw(&url, &c).await {
                 Ok(redis::Value::Array(v)) if ok => {
@@ -1030,13 +1034,7 @@ async fn malformed_check_arguments_are_refused_by_the_script() {
     {
         for set in [good, "\n5.3.1000.3 log"] {
             for command in ["FCALL", "EVAL"] {
-                let mut c = redis::cmd(command);
-                if command == "FCALL" {
-                    c.arg(lib.check_function());
-                } else {
-                    c.arg(turnstile_redis::CHECK_SCRIPT);
-                }
-                c.arg(1).arg(key).arg("check defaults 0 1").arg(set);
+                let c = call(command, key, "check defaults 0 1", set);
                 let e = raw(&url, &c).await.unwrap_err();
                 assert!(
                     e.to_string().contains("malformed key"),
