@@ -1,4 +1,9 @@
 //! Command-line arguments, and turning them into validated policies.
+//!
+//! The argument types' doc comments are clap's help text, written for a terminal
+//! (`<integer><unit>`, `[,name=NAME]`), not Markdown: rustdoc is told not to read them as HTML
+//! tags or links.
+#![allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -31,6 +31,15 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Features
+//!
+//! None is on by default.
+//! - `tokio`: `MemoryBackend::spawn_sweeper`, which drops expired keys on a timer on the
+//!   current tokio runtime (without it, checks drop them as they go, and
+//!   `MemoryBackend::purge_expired` drops them at once).
+//! - `metrics`: the `turnstile_memory_keys` gauge (keys an in-memory backend tracks) through
+//!   the `metrics` facade.
+//!
 //! [turnstile]: https://docs.rs/turnstile
 
 // On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.

@@ -88,6 +88,11 @@ const SWEEP_AT_CAP: usize = 8;
 /// assert!(backend.check("alice", &[per_second], 1).into_inner()?.allowed());
 /// # Ok(()) }
 /// ```
+#[cfg_attr(
+    not(feature = "tokio"),
+    doc = "",
+    doc = "[`MemoryBackend::spawn_sweeper`]: crate#features"
+)]
 pub struct MemoryBackend<C = SystemClock> {
     inner: Arc<Inner<C>>,
 }
@@ -255,6 +260,11 @@ impl<C> MemoryBackend<C> {
     /// this incrementally on their own, and [`MemoryBackend::spawn_sweeper`] on a timer;
     /// call this only to reclaim memory at once (tests, maintenance). Returns how many keys
     /// were dropped.
+    #[cfg_attr(
+        not(feature = "tokio"),
+        doc = "",
+        doc = "[`MemoryBackend::spawn_sweeper`]: crate#features"
+    )]
     pub fn purge_expired(&self, now_ms: u64) -> usize {
         self.sweep_all(|expires_ms, _| expires_ms <= now_ms)
     }

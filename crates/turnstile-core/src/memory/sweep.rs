@@ -1,6 +1,12 @@
 //! How the in-memory backend gives memory back: expired keys dropped a few at a time by the
 //! checks (in their own shard and, round-robin, in every other), on a timer where no traffic
 //! comes ([`MemoryBackend::spawn_sweeper`]), and maps shrunk once they are mostly empty.
+// Without the `tokio` feature there is no `spawn_sweeper`: its links go to the features.
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "",
+    doc = "[`MemoryBackend::spawn_sweeper`]: crate#features"
+)]
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -257,6 +263,11 @@ impl<C: Clock> MemoryBackend<C> {
     /// assert!(backend.is_empty());
     /// # Ok(()) }
     /// ```
+    #[cfg_attr(
+        not(feature = "tokio"),
+        doc = "",
+        doc = "[`MemoryBackend::spawn_sweeper`]: crate#features"
+    )]
     pub fn sweep_expired(&self) -> usize {
         let now_ms = self.inner.clock.now_ms();
         self.sweep_all(|expires_ms, explicit| !explicit && expires_ms <= now_ms)
