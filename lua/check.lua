@@ -34,7 +34,8 @@
 --
 -- Design (issue 15): the common case makes three Redis calls whatever the number of
 -- policies — TIME, GET and PSETEX of the one string (fast.lua) — where one key per policy
--- and the configuration's probe made 2 + 2 per policy. Whatever creates or changes the
+-- and the configuration's probe made 2 + 2 per policy; a sliding log adds its list's own
+-- three (its oldest entry, the new one, its TTL). Whatever creates or changes the
 -- configuration hash (config.lua, a refund's or reset's version bump) marks the string in
 -- the same atomic call, so the fast path never decides under a configuration it did not
 -- read.
