@@ -1,5 +1,7 @@
 -- turnstile: a client key's state string (format f3), read and written by check's general
--- path (check.lua; fast.lua reads and writes the common case itself).
+-- path (general.lua; fast.lua reads and writes the common case itself). Composed, with
+-- general.lua, inside general_path() (see general.lua's header): its definitions run only
+-- when a call takes the general path (or once, when the Function library loads).
 --
 -- Every policy state of one client key lives in ONE Redis string at
 -- <prefix>:{<tag>}:f3 (KEYS[1] of check), so a check makes one GET and one SET whatever the
@@ -14,7 +16,7 @@
 --             bump, all in the same atomic call): the general path reads the hash (HMGET).
 -- state:      a policy's state as each algorithm encodes it, "alg.L.P.B|n|n..." (its
 --             parameters first, so a state written under other parameters carries over by
---             the policy's name, see check.lua's load and carry);
+--             the policy's name, see decode and carry below);
 -- name:       the policy's name (printable ASCII: never a tab or a line break, so the
 --             line's tab ends the state however it is spelled). Names are unique; at least
 --             one line.
@@ -29,19 +31,6 @@
 -- Anything else at the key — another type, no header, a line that is not "<state> <name>",
 -- a name twice, a state that no request leaves — is invalid state (TURNSTILE_INVALID_STATE),
 -- never overwritten; a reset deletes the whole string.
-
--- A policy with its keys: an override's (see parse_override) or a spec's. params is the text
--- its state begins with: the arguments as they came when they are canonical (no leading zero:
--- the id, L, P and B are at least 1), else rewritten.
-local function keyed(base, p, params)
-  p.base = base
-  p.a = algorithm(p.alg)
-  p.params = params or (int(p.alg) .. '.' .. int(p.L) .. '.' .. int(p.P) .. '.' .. int(p.B))
-  p.logsuffix = '~log:' .. STATE_FORMAT .. ':' .. p.name
-  p.key = base .. FORMAT_SUFFIX
-  p.logkey = base .. p.logsuffix
-  return p
-end
 
 -- The key of p's log (a sliding log's, or one another algorithm's policy of the same name
 -- left).

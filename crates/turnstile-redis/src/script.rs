@@ -14,9 +14,13 @@ use crate::call::Call;
 use crate::encoded::encoded_set;
 
 /// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces,
-/// `lua/fast.lua` (check's path for the common case), `lua/states.lua` (a client key's state
-/// string, read and written by the general path) and `lua/check.lua` (which defines
-/// `check(KEYS, ARGV)`), in that order.
+/// `lua/fast.lua` (check's path for the common case), `lua/sets.lua` (check's arguments
+/// parsed), then `general_path()`, a function holding `lua/states.lua` (a client key's state
+/// string, read and written by the general path) and `lua/general.lua` (the general path)
+/// and returning `general`, and last `lua/check.lua` (which defines `check(KEYS, ARGV)`), in
+/// that order. The general path's definitions run only when `general_path` runs: when a call
+/// first needs it (see `lua/general.lua`), so an `EVALSHA` call decided by the fast path
+/// creates none of them.
 macro_rules! check_definitions {
     () => {
         concat!(
@@ -34,16 +38,20 @@ macro_rules! check_definitions {
             "\n",
             include_str!("../lua/fast.lua"),
             "\n",
+            include_str!("../lua/sets.lua"),
+            "\n-- The general path: states.lua and general.lua, built when a call first needs it \
+             (general.lua's header).\nlocal function general_path()\n",
             include_str!("../lua/states.lua"),
             "\n",
+            include_str!("../lua/general.lua"),
+            "\nreturn general\nend\n",
             include_str!("../lua/check.lua"),
         )
     };
 }
 
-/// The Lua source of the check script (check, refund, reset) run with `EVALSHA`:
-/// `lua/prelude.lua`, the per-algorithm pieces and `lua/check.lua`, concatenated in that
-/// order, then `return check(KEYS, ARGV)`.
+/// The Lua source of the check script (check, refund, reset) run with `EVALSHA`: the
+/// definitions (see `check_definitions`), then `return check(KEYS, ARGV)`.
 pub const CHECK_SCRIPT: &str = concat!(check_definitions!(), "\nreturn check(KEYS, ARGV)\n");
 
 /// The Lua source of the configuration script run with `EVALSHA`: `lua/prelude.lua` and
@@ -56,10 +64,12 @@ pub const CONFIG_SCRIPT: &str = concat!(
 );
 
 /// The body of the Redis Function library (see `library.rs`, which adds its `#!lua` line and
-/// registers `check` and `config`): the check script's definitions, then `lua/config.lua`.
+/// registers `check` and `config`): the check script's definitions, the general path built
+/// at once (so that every definition runs once, at `FUNCTION LOAD`, and no call pays for
+/// it), then `lua/config.lua`.
 pub(crate) const LIBRARY_BODY: &str = concat!(
     check_definitions!(),
-    "\n",
+    "\nGENERAL = general_path()\n",
     include_str!("../lua/config.lua")
 );
 

@@ -1,0 +1,263 @@
+-- turnstile: check's general path (check.lua): everything but the common case that fast.lua
+-- decides — a refund, a reset, a configured key (override, tier, the unconfigured
+-- behaviour), a state under other parameters (carried over), another set, a state that
+-- cannot be read (reported), or anything fast_check leaves (its nil).
+--
+-- Composed with states.lua inside general_path() (script.rs writes its first and last
+-- lines), which returns general: its definitions run only when general_path runs (Lua
+-- creates a function's inner closures and tables when the function runs, not when it is
+-- defined). check builds it the first time a call needs it: with EVALSHA, where every call
+-- runs the whole script again, the common case then creates none of them; the Function
+-- library builds it once, at FUNCTION LOAD (see script.rs), and keeps it.
+--
+-- Every piece below is a function of general_path taking what it needs as arguments: a
+-- call of general creates no closure.
+
+-- The policies of set, each given this call's fields: its key (its log's key only for a
+-- sliding log: logkey_of), and no carried-over mark; every other field a call uses (o, st,
+-- now, ok, ttl, and what decide leaves for admitted) is written by the call before it is
+-- read. (Names are unique in a set, and one call uses one set.)
+local function with_keys(set, base)
+  for i = 1, #set do
+    local p = set[i]
+    p.base, p.key, p.carried = base, base .. FORMAT_SUFFIX, nil
+    if p.alg == 5 then p.logkey = base .. p.logsuffix else p.logkey = nil end
+  end
+  return set
+end
+
+-- The set of tier in ARGV (tier nil: the defaults, ARGV[2]); false when no set has that
+-- tier; nil and the argument's index for a malformed set.
+local function find_set(ARGV, tier)
+  if not tier then
+    local set = ARGV[2] and set_of(ARGV[2])
+    if not set or set.tier ~= '' then return nil, 2 end
+    return set
+  end
+  for i = 3, #ARGV do
+    local set = set_of(ARGV[i])
+    if not set or set.tier == '' then return nil, i end
+    if set.tier == tier then return set end
+  end
+  return false
+end
+
+-- A refund or a reset bumps the key's version (out[2]), once every state it needs was read
+-- (an error reply changes nothing), and marks the state string at key as configured (see
+-- states.lua: the fast path no longer decides from it alone).
+local function bump(cfgkey, cfg, out, key)
+  out[2] = redis.call('HINCRBY', cfgkey, 'v', 1)
+  if not cfg[1] and not cfg[2] then
+    -- A version alone is kept a day: long enough for anyone holding the old one to see it.
+    redis.call('PEXPIRE', cfgkey, 86400000)
+  end
+  mark_configured(key)
+end
+
+-- refund: read every state (a sliding log's entries too) before anything changes, bump the
+-- version, then as turnstile-core's refund: a carried-over state is stored (the old
+-- parameters' state is gone), then cost units go back, if there are any to give (refund
+-- returns nil when there is nothing: another window, an empty log). A state with nothing
+-- left in use is dropped (a sliding log's list with it) — unless the clock (now) reads
+-- earlier than its last update, whose time the refund took: then, as in memory, it is kept
+-- (its time with it) until the clock passes that time. Sets each policy's line and TTL for
+-- write_states. Returns an error, or nil.
+local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept, now)
+  local scratch = {}
+  for i = 1, #policies do
+    local p = policies[i]
+    local ok, reset = p.a.decide(p, p.st, p.now, 0, scratch, 0)
+    if ok == nil then return reset end
+    -- Unchanged unless refunded below: kept as it is while in use.
+    p.line, p.ttl = nil, ttl_of(min_ttl, reset)
+    if states[p.name] and (reset > 0 or p.now > now) then p.line = '\n' .. states[p.name] .. '\t' .. p.name end
+  end
+  bump(cfgkey, cfg, out, key)
+  for i = 1, #policies do
+    local p = policies[i]
+    local a = p.a
+    local st = nil
+    if cost > 0 then st = a.refund(p, p.st, p.now, cost) end
+    if not st and p.carried then st = p.st end
+    if st then
+      local ok, reset = a.decide(p, st, p.now, 0, scratch, 0)
+      if ok == nil then return reset end
+      if reset > 0 then
+        p.line, p.ttl, p.st = '\n' .. a.encode(p.params, st) .. '\t' .. p.name,
+          ttl_of(min_ttl, reset), st
+      else
+        -- nothing left in use: the state is fresh (a sliding log's list dropped); kept as a
+        -- fresh state at its time while that is after the clock's
+        if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
+        p.line, p.st = nil, a.fresh()
+        if p.now > now then
+          p.st = fresh_at(p, p.now)
+          p.line, p.ttl = '\n' .. a.encode(p.params, p.st) .. '\t' .. p.name, ttl_of(min_ttl, 0)
+        end
+      end
+    end
+  end
+  write_states(key, 'c', policies, kept)
+  return nil
+end
+
+-- The configuration of a key whose state string says it has none.
+local NO_CONFIG = {}
+
+-- The general path of a call of check (its reply or error reply, as check.lua's header gives
+-- them), once check has read its flags (flags_of's answer), the state string's key (KEYS[1])
+-- and the time now (ms); ARGV is check's (the policy sets).
+local function general(ARGV, key, flags, now)
+  local op, mode, min_ttl, cost = flags[1], flags[2], flags[3], flags.cost
+
+  local base = match(key, BASE_OF)
+  if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
+  local cfgkey = base .. '~cfg'
+  -- A check reads the state string first: one written without configuration (header '0')
+  -- says there is none, as it does for the fast path (every change of the configuration
+  -- marks it). A refund or a reset always reads the configuration (it changes it).
+  local states, serr, cfg
+  if op == 'check' then
+    states, serr = read_states(key)
+    if states and states.head == '0' then cfg = NO_CONFIG end
+  end
+  -- The key's configuration. One that cannot be read decides nothing, not even a reset
+  -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
+  -- it.
+  local problem
+  if not cfg then
+    cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
+    if cfg.err then
+      problem = 'not a hash (' .. cfg.err .. ')'
+    elseif cfg[1] or cfg[2] or cfg[3] then
+      problem = config_problem(cfg)
+    end
+  end
+  if problem then
+    return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. cfgkey
+      .. ': ' .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
+  end
+  local version, head = 0, '0'
+  if cfg[3] then version = cfg[3] + 0 end
+  if cfg[1] or cfg[2] or cfg[3] then head = 'c' end
+
+  -- Which policies apply: the override, else the tier, else the unconfigured behaviour.
+  local policies, applied, tier = nil, 0, nil
+  if cfg[1] then
+    policies, applied = parse_override(cfg[1]), 1
+    for _, p in ipairs(policies) do keyed(base, p) end
+  else
+    local set, bad_at
+    if cfg[2] then
+      set, bad_at = find_set(ARGV, cfg[2])
+      if set == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
+      if set then applied, tier = 2, cfg[2] end
+    end
+    if not set then
+      if mode == 'deny' then
+        applied = 3
+      elseif mode == 'allow' then
+        applied = 4
+      else
+        set, bad_at = find_set(ARGV, nil)
+        if not set then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
+      end
+    end
+    if set then policies = with_keys(set, base) end
+  end
+
+  local out, o = {now, version, applied}, 3
+  if tier then out[4], o = tier, 4 end
+  if not policies then
+    if op ~= 'check' then bump(cfgkey, cfg, out, key) end
+    return out
+  end
+  -- Where each policy's values go in the reply.
+  local count = #policies
+  for i = 1, count do
+    local p = policies[i]
+    if applied == 1 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
+      o = o + 5
+    end
+    p.o = o
+    o = o + p.a.width
+  end
+
+  local kept
+  if op == 'reset' then
+    -- Forget the applying policies' states (their lines, and a sliding log's list), and
+    -- nothing else: the other policies' states are kept as a check keeps them. A string
+    -- that cannot be read (garbage, another type, a line that is not a state) is deleted
+    -- as a whole: a reset repairs it.
+    for i = 1, count do
+      local p = policies[i]
+      if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
+      p.st, p.now, p.line = p.a.fresh(), now, nil
+    end
+    bump(cfgkey, cfg, out, key)
+    local states = read_states(key)
+    local kept = states and others_of(key, base, states, policies, now, min_ttl)
+    if kept then write_states(key, 'c', policies, kept) else redis.call('DEL', key) end
+  else
+    local err = serr
+    if op ~= 'check' then states, err = read_states(key) end
+    if not states then return redis.error_reply(err.err) end
+    -- The other policies' states are read (strictly) too: they are kept.
+    kept, err = others_of(key, base, states, policies, now, min_ttl)
+    if not kept then return redis.error_reply(err.err) end
+    for i = 1, count do
+      local p = policies[i]
+      local st = p.a.fresh()
+      local text = states[p.name]
+      if text then
+        st = decode(key, p, text, now)
+        if st.err then return redis.error_reply(st.err) end
+      end
+      -- A clock earlier than the key's last update: use the last update's time.
+      p.st, p.now = st, now
+      if st.updated > now then p.now = st.updated end
+    end
+  end
+
+  if op == 'refund' then
+    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept,
+      now)
+    if err then return redis.error_reply(err.err) end
+  end
+
+  local c = cost
+  if op ~= 'check' then c = 0 end
+  local all = true
+  for i = 1, count do
+    local p = policies[i]
+    local ok, ttl = p.a.decide(p, p.st, p.now, c, out, p.o)
+    if ok == nil then return redis.error_reply(ttl.err) end
+    if not ok then all = false end
+    p.ok, p.ttl = ok, ttl
+  end
+
+  if c > 0 then
+    if all then
+      for i = 1, count do
+        local p = policies[i]
+        local st = p.a.admitted(p, p.st, p.now, c)
+        p.line = '\n' .. p.a.encode(p.params, st) .. '\t' .. p.name
+        p.ttl = ttl_of(min_ttl, p.ttl)
+      end
+      write_states(key, head, policies, kept)
+    else
+      for i = 1, count do
+        local p = policies[i]
+        if p.ok then
+          -- Denied overall: report this policy as if nothing were consumed.
+          local ok, err = p.a.decide(p, p.st, p.now, 0, out, p.o)
+          if ok == nil then return redis.error_reply(err.err) end
+          if p.alg == 3 then out[p.o + 4] = 0 end
+        end
+      end
+    end
+  end
+
+  return out
+end
