@@ -59,18 +59,20 @@ local function set_of(text)
   -- fast: fast.lua's fast_check may decide it; log: it has a sliding log; width: its reply's
   -- length under the defaults.
   set = {tier = tier, fast = true, log = false, width = 3}
-  local seen = {}
-  for params, name in string.gmatch(string.sub(text, from), '\n([^ \n]*) ([^\n]*)') do
+  -- Each line read with one anchored match from where the last one ended (no copy of the
+  -- text, no count of its lines after): a line without its space matches nothing.
+  local seen, size = {}, #text
+  while from <= size do
+    local params, name, after = match(text, '^\n([^ \n]*) ([^\n]*)()', from)
+    if not params then return nil end
     local p = spec_of(params, name)
     if not p or seen[name] then return nil end
     seen[name] = true
     set[#set + 1] = p
     if p.alg == 5 then set.log = true end
     set.width = set.width + p.a.width
+    from = after
   end
-  -- Every line read (a line without its space is skipped by gmatch, not matched).
-  local _, lines = string.gsub(text, '\n', '\n')
-  if lines ~= #set then return nil end
   -- fast_check's pattern of the whole state string: the header '0', then each policy's
   -- line in order (a Lua pattern holds at most 32 captures).
   if set.fast then
