@@ -50,11 +50,7 @@ local function debt_state(D, now)
 end
 
 local function bucket(leaky)
-  local width = 3
-  if leaky then width = 4 end
   return {
-    fields = 2,
-    width = width,
     fresh = function() return {updated = 0, debt = 0} end,
     parse = function(q, updated, debt)
       if debt > q.B * q.P then return nil end
@@ -77,5 +73,5 @@ local function bucket(leaky)
   }
 end
 
-MAKE[1] = function() return bucket(false) end
-MAKE[3] = function() return bucket(true) end
+methods(1, bucket(false))
+methods(3, bucket(true))

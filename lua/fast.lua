@@ -124,6 +124,17 @@ local function fast_fixed(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   return true, ttl, format(fmt, t, k)
 end
 
+-- The sliding window's floor(L - est) (at least 0) with k counted in the current window,
+-- weighted = m * (P - e): fast_sliding's and sliding_window.lua's decide's (composed later,
+-- inside general_path).
+local function sliding_remaining(L, P, weighted, k)
+  if k > L then return 0 end
+  local free = (L - k) * P - weighted
+  if free <= 0 then return 0 end
+  local r = free % P
+  return (free - r) / P
+end
+
 -- sliding_window.lua: updated, cur, prev; both counts <= L, cur counted in updated's window.
 local function fast_sliding(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local L, P, t = p.L, p.P, now

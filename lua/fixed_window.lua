@@ -3,9 +3,7 @@
 -- State at KEY: "alg.L.P.B|updated_ms|n", n the units admitted in updated_ms's window
 -- w = floor(updated_ms / P).
 
-MAKE[4] = function() return {
-  fields = 2,
-  width = 3,
+methods(4, {
   fresh = function() return {updated = 0, w = -1, n = 0} end,
   parse = function(q, updated, n)
     -- Never more than L.
@@ -51,4 +49,4 @@ MAKE[4] = function() return {
     return {updated = now, w = w, n = n}
   end,
   encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.n) end,
-} end
+})

@@ -3,8 +3,9 @@
 -- behaviour), a state under other parameters (carried over), another set, a state that
 -- cannot be read (reported), or anything fast_check leaves (its nil).
 --
--- Composed with states.lua inside general_path() (script.rs writes its first and last
--- lines), which returns general: its definitions run only when general_path runs (Lua
+-- Composed inside general_path() (script.rs writes its first and last lines), after the
+-- per-algorithm pieces (which add the algorithms' methods, see ALG in prelude.lua) and
+-- states.lua; general_path returns general: its definitions run only when general_path runs (Lua
 -- creates a function's inner closures and tables when the function runs, not when it is
 -- defined). check builds it the first time a call needs it: with EVALSHA, where every call
 -- runs the whole script again, the common case then creates none of them; the Function

@@ -211,18 +211,29 @@ local function config_problem(cfg)
   return nil
 end
 
--- The algorithms by id: algorithm(id) is ALG[id], built by MAKE[id] the first time a call
--- uses it, so a call creates the functions of the algorithms it runs, not of all six (with
--- EVALSHA the whole script runs again on every call; a Function library keeps them from call
--- to call). A plain function, not a metatable: loading a Function library offers no
--- setmetatable. nil for an id no algorithm has.
-local MAKE, ALG = {}, {}
-local function algorithm(id)
+-- The algorithms by id (check.lua's header lists them): ALG[id] is the algorithm's table,
+-- algorithm(id) too (nil for an id no algorithm has). Its shape is here — fields: the count
+-- of numbers its stored state holds after its parameters; width: the count of values its
+-- result takes in a reply — and its methods (fresh, parse, decide, admitted, refund, encode)
+-- are added by its piece (bucket.lua, gcra.lua, fixed_window.lua, sliding_window.lua,
+-- sliding_log.lua) with methods(id, ...). The pieces are composed inside general_path (see
+-- general.lua's header): the fast path (fast.lua) and the parsing of the arguments (sets.lua)
+-- need only the shapes, so an EVALSHA call the fast path decides creates none of the
+-- methods' closures; the Function library adds them once, at load. Plain tables and
+-- functions, no metatable: loading a Function library offers no setmetatable.
+local ALG = {
+  {fields = 2, width = 3}, -- 1 token bucket
+  {fields = 2, width = 3}, -- 2 GCRA
+  {fields = 2, width = 4}, -- 3 leaky bucket
+  {fields = 2, width = 3}, -- 4 fixed window
+  {fields = 2, width = 3}, -- 5 sliding log
+  {fields = 3, width = 5}, -- 6 sliding window
+}
+local function algorithm(id) return ALG[id] end
+
+-- Gives the algorithm id (ALG[id]) the methods m holds.
+local function methods(id, m)
   local a = ALG[id]
-  if a then return a end
-  local make = MAKE[id]
-  if not make then return nil end
-  a = make()
-  ALG[id] = a
-  return a
+  a.fresh, a.parse, a.decide, a.admitted, a.refund, a.encode =
+    m.fresh, m.parse, m.decide, m.admitted, m.refund, m.encode
 end

@@ -13,18 +13,7 @@ local function sliding_counts(st, w)
   return 0, 0
 end
 
--- floor(L - est) (at least 0) with k counted in the current window, weighted = m * (P - e).
-local function sliding_remaining(L, P, weighted, k)
-  if k > L then return 0 end
-  local free = (L - k) * P - weighted
-  if free <= 0 then return 0 end
-  local r = free % P
-  return (free - r) / P
-end
-
-MAKE[6] = function() return {
-  fields = 3,
-  width = 5,
+methods(6, {
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
   parse = function(q, updated, cur, prev)
     -- Neither count ever more than L.
@@ -81,4 +70,4 @@ MAKE[6] = function() return {
   encode = function(params, st)
     return format('%s|%d|%d|%d', params, st.updated, st.cur, st.prev)
   end,
-} end
+})

@@ -13,9 +13,10 @@ use turnstile_core::{
 use crate::call::Call;
 use crate::encoded::encoded_set;
 
-/// The definitions every source is composed of: `lua/prelude.lua`, the per-algorithm pieces,
-/// `lua/fast.lua` (check's path for the common case), `lua/sets.lua` (check's arguments
-/// parsed), then `general_path()`, a function holding `lua/states.lua` (a client key's state
+/// The definitions every source is composed of: `lua/prelude.lua`, `lua/fast.lua` (check's
+/// path for the common case), `lua/sets.lua` (check's arguments parsed), then
+/// `general_path()`, a function holding the per-algorithm pieces (each adds its algorithm's
+/// methods to the shape `lua/prelude.lua` gives it), `lua/states.lua` (a client key's state
 /// string, read and written by the general path) and `lua/general.lua` (the general path)
 /// and returning `general`, and last `lua/check.lua` (which defines `check(KEYS, ARGV)`), in
 /// that order. The general path's definitions run only when `general_path` runs: when a call
@@ -26,6 +27,11 @@ macro_rules! check_definitions {
         concat!(
             include_str!("../lua/prelude.lua"),
             "\n",
+            include_str!("../lua/fast.lua"),
+            "\n",
+            include_str!("../lua/sets.lua"),
+            "\n-- The general path: the algorithms' methods, states.lua and general.lua, built when \
+             a call first needs it (general.lua's header).\nlocal function general_path()\n",
             include_str!("../lua/bucket.lua"),
             "\n",
             include_str!("../lua/gcra.lua"),
@@ -36,11 +42,6 @@ macro_rules! check_definitions {
             "\n",
             include_str!("../lua/sliding_log.lua"),
             "\n",
-            include_str!("../lua/fast.lua"),
-            "\n",
-            include_str!("../lua/sets.lua"),
-            "\n-- The general path: states.lua and general.lua, built when a call first needs it \
-             (general.lua's header).\nlocal function general_path()\n",
             include_str!("../lua/states.lua"),
             "\n",
             include_str!("../lua/general.lua"),
@@ -527,7 +528,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_own_script_id_and_back() {
-        // The ids of `MAKE[id] = ...` in lua/ (the maker of `ALG[id]`, built on first use).
+        // The ids of `methods(id, ...)` in lua/ (the methods of `ALG[id]`, added by its piece).
         let expected = [
             (Algorithm::TokenBucket, 1),
             (Algorithm::Gcra, 2),
@@ -546,8 +547,8 @@ mod tests {
             );
             assert_eq!(algorithm_of(i64::from(id)), Ok(a), "{a}");
             assert!(
-                CHECK_SCRIPT.contains(&format!("MAKE[{id}] = function()")),
-                "{a}: no MAKE[{id}]"
+                CHECK_SCRIPT.contains(&format!("methods({id}, ")),
+                "{a}: no methods({id}, ...)"
             );
         }
     }
