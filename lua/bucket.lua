@@ -73,5 +73,5 @@ local function bucket(leaky)
   }
 end
 
-methods(1, bucket(false))
-methods(3, bucket(true))
+MAKE[1] = function() return bucket(false) end
+MAKE[3] = function() return bucket(true) end

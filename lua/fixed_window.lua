@@ -3,7 +3,7 @@
 -- State at KEY: "alg.L.P.B|updated_ms|n", n the units admitted in updated_ms's window
 -- w = floor(updated_ms / P).
 
-methods(4, {
+MAKE[4] = function() return {
   fresh = function() return {updated = 0, w = -1, n = 0} end,
   parse = function(q, updated, n)
     -- Never more than L.
@@ -49,4 +49,4 @@ methods(4, {
     return {updated = now, w = w, n = n}
   end,
   encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.n) end,
-})
+} end

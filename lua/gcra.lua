@@ -9,4 +9,4 @@
 -- * T <= now; the TAT then moves to max(TAT, now) + c * T. Decisions, admissions, refunds
 -- and the stored state are the token bucket's, on that debt.
 
-methods(2, bucket(false))
+MAKE[2] = function() return bucket(false) end

@@ -4,12 +4,13 @@
 -- cannot be read (reported), or anything fast_check leaves (its nil).
 --
 -- Composed inside general_path() (script.rs writes its first and last lines), after the
--- per-algorithm pieces (which add the algorithms' methods, see ALG in prelude.lua) and
--- states.lua; general_path returns general: its definitions run only when general_path runs (Lua
--- creates a function's inner closures and tables when the function runs, not when it is
--- defined). check builds it the first time a call needs it: with EVALSHA, where every call
--- runs the whole script again, the common case then creates none of them; the Function
--- library builds it once, at FUNCTION LOAD (see script.rs), and keeps it.
+-- per-algorithm pieces (which define MAKE[id], the makers of the algorithms' methods: see
+-- ALG in prelude.lua) and states.lua. general_path returns general. Its definitions run
+-- only when general_path runs (Lua creates a function's inner closures and tables when the
+-- function runs, not when it is defined): check builds it the first time a call needs it.
+-- With EVALSHA, where every call runs the whole script again, a call the fast path decides
+-- then creates none of them; the Function library builds it once, at FUNCTION LOAD (see
+-- script.rs), and keeps it.
 --
 -- Every piece below is a function of general_path taking what it needs as arguments: a
 -- call of general creates no closure.
@@ -21,6 +22,8 @@
 local function with_keys(set, base)
   for i = 1, #set do
     local p = set[i]
+    -- Its algorithm's methods (p.a is ALG[p.alg], parsed maybe before general_path ran).
+    algorithm(p.alg)
     p.base, p.key, p.carried = base, base .. FORMAT_SUFFIX, nil
     if p.alg == 5 then p.logkey = base .. p.logsuffix else p.logkey = nil end
   end

@@ -35,18 +35,6 @@ local function divmod(a, b)
   return (a - r) / b, r
 end
 
--- ceil(a / b) for a >= 0, b > 0.
-local function ceildiv(a, b)
-  local r = a % b
-  if r > 0 then return (a - r) / b + 1 end
-  return a / b
-end
-
-local function min(a, b)
-  if a < b then return a end
-  return b
-end
-
 -- Durations: every algorithm writes its reply's durations as exact integers over a
 -- denominator the caller knows (see check.lua's header), so no duration is a table.
 
@@ -110,32 +98,6 @@ local function mark_configured(key)
   if redis.pcall('GETRANGE', key, 0, 0) == '0' then redis.call('SETRANGE', key, 0, 'c') end
 end
 
--- A state's numbers after its parameters, by their count: digits only, '|' between them.
--- The first capture is the parameters' text (anything up to the first '|'), compared with the
--- policy's own as a whole string.
-local STATE_FIELDS = {
-  [2] = '^([^|]*)|(%d+)|(%d+)$',
-  [3] = '^([^|]*)|(%d+)|(%d+)|(%d+)$',
-  [4] = '^([^|]*)|(%d+)|(%d+)|(%d+)|(%d+)$',
-}
-
--- The error of a policy's state that cannot be read (at key: its state or its log). A reset
--- forgets it.
-local function bad(key, why)
-  local m = 'TURNSTILE_INVALID_STATE invalid state at ' .. key
-  if why then m = m .. ': ' .. why end
-  return {err = m .. '; resetting the client key (turnstile quota reset) forgets it'}
-end
-
--- A read of key: redis.pcall, with an error reply (a key of another type: WRONGTYPE) turned
--- into invalid state at key rather than a script error. Returns the reply, or nil and the
--- error.
-local function read(key, ...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then return nil, bad(key, r.err) end
-  return r
-end
-
 local function is_bucket(alg) return alg == 1 or alg == 2 or alg == 3 end
 
 -- A policy's parameters, numbers already parsed, if they are a policy the contract accepts
@@ -153,13 +115,6 @@ local function policy_of(alg, L, P, B)
   if B > most then most = B end
   if most > divmod(MAX_EXACT, P) then return nil end
   return {alg = alg, L = L, P = P, B = B}
-end
-
--- Parameters "alg.L.P.B" (as stored with every state) into a policy, or nil.
-local function parse_params(s)
-  local f = fields(s, '.')
-  if #f ~= 4 then return nil end
-  return policy_of(nat(f[1]), nat(f[2]), nat(f[3]), nat(f[4]))
 end
 
 -- Whether name is a policy name turnstile_core accepts (Policy::with_name): 1 to 200
@@ -215,13 +170,16 @@ end
 -- algorithm(id) too (nil for an id no algorithm has). Its shape is here — fields: the count
 -- of numbers its stored state holds after its parameters; width: the count of values its
 -- result takes in a reply — and its methods (fresh, parse, decide, admitted, refund, encode)
--- are added by its piece (bucket.lua, gcra.lua, fixed_window.lua, sliding_window.lua,
--- sliding_log.lua) with methods(id, ...). The pieces are composed inside general_path (see
--- general.lua's header): the fast path (fast.lua) and the parsing of the arguments (sets.lua)
--- need only the shapes, so an EVALSHA call the fast path decides creates none of the
--- methods' closures; the Function library adds them once, at load. Plain tables and
--- functions, no metatable: loading a Function library offers no setmetatable.
-local ALG = {
+-- are made by MAKE[id], which its piece (bucket.lua, gcra.lua, fixed_window.lua,
+-- sliding_window.lua, sliding_log.lua) defines. The pieces are composed inside general_path
+-- (see general.lua's header): the fast path (fast.lua) and the parsing of the arguments
+-- (sets.lua) need only the shapes, so an EVALSHA call the fast path decides creates none of
+-- the methods' closures. Once general_path has run, algorithm(id) adds the methods the
+-- first time it is asked for the algorithm (the general path asks for every algorithm it
+-- uses, see with_keys), so a call creates the methods of the algorithms it runs, not of all
+-- six; a Function library keeps them from call to call. Plain tables and functions, no
+-- metatable: loading a Function library offers no setmetatable.
+local MAKE, ALG = {}, {
   {fields = 2, width = 3}, -- 1 token bucket
   {fields = 2, width = 3}, -- 2 GCRA
   {fields = 2, width = 4}, -- 3 leaky bucket
@@ -229,11 +187,12 @@ local ALG = {
   {fields = 2, width = 3}, -- 5 sliding log
   {fields = 3, width = 5}, -- 6 sliding window
 }
-local function algorithm(id) return ALG[id] end
-
--- Gives the algorithm id (ALG[id]) the methods m holds.
-local function methods(id, m)
+local function algorithm(id)
   local a = ALG[id]
-  a.fresh, a.parse, a.decide, a.admitted, a.refund, a.encode =
-    m.fresh, m.parse, m.decide, m.admitted, m.refund, m.encode
+  if a and not a.decide and MAKE[id] then
+    local m = MAKE[id]()
+    a.fresh, a.parse, a.decide, a.admitted, a.refund, a.encode =
+      m.fresh, m.parse, m.decide, m.admitted, m.refund, m.encode
+  end
+  return a
 end

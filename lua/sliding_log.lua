@@ -35,7 +35,7 @@ local function log_newest(p, st)
   return log_entry(p, st, s)
 end
 
-methods(5, {
+MAKE[5] = function() return {
   fresh = function() return {updated = 0, total = 0, fresh = true} end,
   parse = function(q, updated, total) return {updated = updated, total = total} end,
   -- Writes retry (-1: never), remaining and reset, in whole ms; nil and an error when the
@@ -155,4 +155,4 @@ methods(5, {
     return {updated = now, total = total}
   end,
   encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.total) end,
-})
+} end

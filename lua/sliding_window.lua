@@ -13,7 +13,7 @@ local function sliding_counts(st, w)
   return 0, 0
 end
 
-methods(6, {
+MAKE[6] = function() return {
   fresh = function() return {updated = 0, w = -2, cur = 0, prev = 0} end,
   parse = function(q, updated, cur, prev)
     -- Neither count ever more than L.
@@ -70,4 +70,4 @@ methods(6, {
   encode = function(params, st)
     return format('%s|%d|%d|%d', params, st.updated, st.cur, st.prev)
   end,
-})
+} end

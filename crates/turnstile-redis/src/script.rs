@@ -15,13 +15,14 @@ use crate::encoded::encoded_set;
 
 /// The definitions every source is composed of: `lua/prelude.lua`, `lua/fast.lua` (check's
 /// path for the common case), `lua/sets.lua` (check's arguments parsed), then
-/// `general_path()`, a function holding the per-algorithm pieces (each adds its algorithm's
-/// methods to the shape `lua/prelude.lua` gives it), `lua/states.lua` (a client key's state
-/// string, read and written by the general path) and `lua/general.lua` (the general path)
-/// and returning `general`, and last `lua/check.lua` (which defines `check(KEYS, ARGV)`), in
-/// that order. The general path's definitions run only when `general_path` runs: when a call
-/// first needs it (see `lua/general.lua`), so an `EVALSHA` call decided by the fast path
-/// creates none of them.
+/// `general_path()`, a function holding `lua/reading.lua` (the general path's helpers), the
+/// per-algorithm pieces (each defines the maker of its algorithm's methods; `lua/prelude.lua`
+/// gives the algorithms' shapes), `lua/states.lua` (a client key's state string, read and
+/// written by the general path) and `lua/general.lua` (the general path) and returning
+/// `general`, and last `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
+/// The general path's definitions run only when `general_path` runs: when a call first
+/// needs it (see `lua/general.lua`), so an `EVALSHA` call decided by the fast path creates
+/// none of them.
 macro_rules! check_definitions {
     () => {
         concat!(
@@ -32,6 +33,8 @@ macro_rules! check_definitions {
             include_str!("../lua/sets.lua"),
             "\n-- The general path: the algorithms' methods, states.lua and general.lua, built when \
              a call first needs it (general.lua's header).\nlocal function general_path()\n",
+            include_str!("../lua/reading.lua"),
+            "\n",
             include_str!("../lua/bucket.lua"),
             "\n",
             include_str!("../lua/gcra.lua"),
@@ -528,7 +531,8 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_own_script_id_and_back() {
-        // The ids of `methods(id, ...)` in lua/ (the methods of `ALG[id]`, added by its piece).
+        // The ids of `MAKE[id] = ...` in lua/ (the maker of `ALG[id]`'s methods, run on first
+        // use).
         let expected = [
             (Algorithm::TokenBucket, 1),
             (Algorithm::Gcra, 2),
@@ -547,8 +551,8 @@ mod tests {
             );
             assert_eq!(algorithm_of(i64::from(id)), Ok(a), "{a}");
             assert!(
-                CHECK_SCRIPT.contains(&format!("methods({id}, ")),
-                "{a}: no methods({id}, ...)"
+                CHECK_SCRIPT.contains(&format!("MAKE[{id}] = function()")),
+                "{a}: no MAKE[{id}]"
             );
         }
     }
