@@ -1,16 +1,17 @@
 -- turnstile: one atomic call for one client key: check a request against the key's
 -- policies, or give quota back (refund), or forget its state (reset).
 --
--- Composed after prelude.lua, the per-algorithm pieces (bucket.lua, gcra.lua,
--- fixed_window.lua, sliding_window.lua, sliding_log.lua), fast.lua (the path of the common
--- case: a check under the defaults of a key without configuration), sets.lua (the arguments
--- parsed) and general_path (states.lua and general.lua: the general path, built only when a
--- call needs it). It defines check(KEYS, ARGV), which the Rust side composes into both the
--- Redis Function library (registered there and called with FCALL: every definition above,
--- the general path's included, runs once, at FUNCTION LOAD) and the EVALSHA script (the
--- definitions, then `return check(KEYS, ARGV)`: every call runs the top-level definitions
--- again, and the general path's only when it takes it). Everything is local: a Function
--- library may create or read no global at run time.
+-- Composed after prelude.lua, fast.lua (the path of the common case: a check under the
+-- defaults of a key without configuration), sets.lua (the arguments parsed) and
+-- general_path (reading.lua, the per-algorithm pieces bucket.lua, gcra.lua,
+-- fixed_window.lua, sliding_window.lua and sliding_log.lua, states.lua and general.lua: the
+-- general path, built only when a call needs it). It defines check(KEYS, ARGV), which the
+-- Rust side composes into both the Redis Function library (registered there and called with
+-- FCALL: every definition above, the general path's included, runs once, at FUNCTION LOAD;
+-- an algorithm's methods when a call first uses it) and the EVALSHA script (the definitions,
+-- then `return check(KEYS, ARGV)`: every call runs the top-level definitions again, and the
+-- general path's only when it takes it). Everything is local: a Function library may create
+-- or read no global at run time.
 --
 -- KEYS[1] the client's state string, <prefix>:{<tag>}:f3 ('f3' the stored format's version,
 --         STATE_FORMAT in prelude.lua): every policy's state of the client key in one

@@ -32,11 +32,12 @@ local function fast_spec(p)
   -- The policy's line in the state string (states.lua): "\n<params>|<numbers>\t<name>", as a
   -- pattern (every character of the name that is not a letter or digit escaped) and as a
   -- format (a '%' of the name doubled); fmt0 with the header '0' before it (a set of one).
-  local pat, nums = '\n' .. string.gsub(p.params, '%.', '%%.'), '%d'
-  for _ = 1, p.a.fields do pat = pat .. '|(%d+)' end
-  for _ = 2, p.a.fields do nums = nums .. '|%d' end
-  p.pat = pat .. '\t' .. string.gsub(p.name, '%W', '%%%0')
-  p.fmt = '\n' .. p.params .. '|' .. nums .. '\t' .. string.gsub(p.name, '%%', '%%%%')
+  -- Each made by one concatenation (with EVALSHA every call parses its set again).
+  local n = p.a.fields
+  p.pat = '\n' .. string.gsub(p.params, '%.', '%%.') .. string.rep('|(%d+)', n) .. '\t'
+    .. string.gsub(p.name, '%W', '%%%0')
+  p.fmt = '\n' .. p.params .. '|%d' .. string.rep('|%d', n - 1) .. '\t'
+    .. string.gsub(p.name, '%%', '%%%%')
   p.fmt0 = '0' .. p.fmt
   p.BP = p.B * p.P
   p.leaky = p.alg == 3

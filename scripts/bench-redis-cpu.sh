@@ -44,9 +44,10 @@ FN="${LIB}_check"
 GCRA=$("${R[@]}" -x SCRIPT LOAD <"$GCRA_LUA")
 echo 'return 1' >"$OUT/empty.lua"
 EMPTY=$("${R[@]}" -x SCRIPT LOAD <"$OUT/empty.lua")
-# For the analysis: the composed script's definitions alone (prelude.lua and the algorithm
-# pieces, everything before check.lua's body), then `return 1` — what every call pays before
-# it decides anything.
+# For the analysis: the composed script's definitions alone (everything before check.lua's
+# body: prelude.lua, fast.lua, sets.lua and the general_path closure, whose own definitions
+# run only when a call needs the general path), then `return 1` — what every call pays
+# before it decides anything.
 awk '/^-- turnstile: one atomic call for one client key/ { exit } { print }' "$OUT/check.lua" >"$OUT/defs.lua"
 echo 'return 1' >>"$OUT/defs.lua"
 DEFS=$("${R[@]}" -x SCRIPT LOAD <"$OUT/defs.lua")
