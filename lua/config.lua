@@ -21,6 +21,15 @@
 --
 -- Returns {override or '', tier or '', version}.
 
+-- A client key's configuration hash: HMGET's reply for o, t, v (false where absent), or
+-- nil and why it cannot be read (a key of another type). (Only here: check's general path
+-- reads the hash itself.)
+local function read_config(key)
+  local cfg = redis.pcall('HMGET', key, 'o', 't', 'v')
+  if cfg.err then return nil, 'not a hash (' .. cfg.err .. ')' end
+  return cfg
+end
+
 -- The state string of the configuration at key (<base>~cfg: <base>:<format>) marked as
 -- written with a configuration (mark_configured in prelude.lua), after every change.
 local function mark_state(key)

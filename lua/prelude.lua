@@ -150,15 +150,8 @@ local function parse_override(s)
   return out
 end
 
--- A client key's configuration hash: HMGET's reply for o, t, v (false where absent), or
--- nil and why it cannot be read (a key of another type).
-local function read_config(key)
-  local cfg = redis.pcall('HMGET', key, 'o', 't', 'v')
-  if cfg.err then return nil, 'not a hash (' .. cfg.err .. ')' end
-  return cfg
-end
-
--- Why a configuration (read_config's reply) cannot be used, or nil when it can.
+-- Why a configuration (config.lua's read_config's reply; check's HMGET) cannot be used, or
+-- nil when it can.
 local function config_problem(cfg)
   if cfg[3] and not nat(cfg[3]) then return 'its version is not an integer' end
   if cfg[1] and not parse_override(cfg[1]) then return 'its override is not a valid policy list' end
