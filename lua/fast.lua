@@ -9,8 +9,9 @@
 -- straight into the reply, and, when every policy admits a cost above 0, one PSETEX of the
 -- whole string with the largest of the policies' TTLs. It creates no table but the reply
 -- (and, for several policies, the match's captures). A sliding log is decided here only
--- when it admits with nothing to prune (fast_log): its list's oldest and newest entries
--- read, then one entry written and the list given the string's TTL.
+-- when it admits with nothing to prune (fast_log): its list's oldest entry read (and its
+-- newest when the state was updated at now), then one entry written and the list given the
+-- string's TTL.
 --
 -- Anything else — a header 'c' (the key has or had a configuration), a state under other
 -- parameters (carried over), other policies, a string that is not a state, another type at
@@ -181,6 +182,19 @@ local function fast_sliding(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   return true, ttl, format(fmt, t, k, m)
 end
 
+-- The entry at index i of the log at key ("digits:digits"): its time and cost, when the time
+-- is at most updated (so at most 2^53 - 1) and the cost from 1 to total; else nil (anything
+-- else, another type at the key included: the general path reads and reports it).
+local function fast_entry(key, i, updated, total)
+  local s = redis.pcall('LINDEX', key, i)
+  if not s or s.err then return nil end
+  local t, c = match(s, '^(%d+):(%d+)$')
+  if not t then return nil end
+  t, c = t + 0, c + 0
+  if t > updated or c < 1 or c > total then return nil end
+  return t, c
+end
+
 -- sliding_log.lua: updated, total, and the log at p.logkey (set by fast_check): decided here
 -- only when it admits c > 0 with nothing to prune, the oldest entry live (else nil: a query, a
 -- denial, an expired entry, an update after now, no log — the general path). It reads the
@@ -191,37 +205,23 @@ end
 local function fast_log(p, n1, n2, n3, now, c, min_ttl, out, o, fmt)
   local L, P = p.L, p.P
   if c == 0 or c > L then return nil end
-  local used = 0
-  p.grow = nil
+  local used, grow = 0, nil
   if n1 then
     n1, n2 = n1 + 0, n2 + 0
     if n1 > now or n2 < 1 or n2 > L - c then return nil end
-    -- The oldest entry, then the newest: each "digits:digits", a time at most the update's
-    -- (so at most 2^53 - 1) and a cost from 1 to the total.
-    local s = redis.pcall('LINDEX', p.logkey, 0)
-    if not s or s.err then return nil end
-    local t, tc = match(s, '^(%d+):(%d+)$')
-    if not t then return nil end
-    t, tc = t + 0, tc + 0
-    if t > n1 or tc < 1 or tc > n2 or now - t >= P then return nil end
+    local t = fast_entry(p.logkey, 0, n1, n2)
+    if not t or now - t >= P then return nil end
     if n1 == now then
       -- Updated at now: the newest entry (no later than the update) may be at now.
-      s = redis.pcall('LINDEX', p.logkey, -1)
-      if not s or s.err then return nil end
-      t, tc = match(s, '^(%d+):(%d+)$')
+      local tc
+      t, tc = fast_entry(p.logkey, -1, n1, n2)
       if not t then return nil end
-      t, tc = t + 0, tc + 0
-      if t > n1 or tc < 1 or tc > n2 then return nil end
-      if t == now then p.grow = tc + c end
+      if t == now then grow = tc + c end
     end
     used = n2
   end
-  if p.grow then
-    p.entry = format('%d:%d', now, p.grow)
-  else
-    p.entry = format('%d:%d', now, c)
-  end
-  p.nolog = not n1
+  p.grow, p.nolog = grow, not n1
+  p.entry = format('%d:%d', now, grow or c)
   out[o + 1], out[o + 2], out[o + 3] = 0, L - used - c, P
   local ttl = P
   if ttl < min_ttl then ttl = min_ttl end
@@ -262,7 +262,7 @@ local function new_reply(n, head)
   return out
 end
 
--- The reply of a check of set's policies (set.fast: no sliding log, at most 32 numbers) on
+-- The reply of a check of set's policies (set.fast: at most 32 numbers) on
 -- the state string at key (KEYS[1]) at now for cost, or nil for the general path (nothing
 -- written then). cfgkey(key) is the configuration hash's key, read only for a fresh key.
 -- The reply is the compact one (check.lua's header): -1 - now (the defaults applied,

@@ -57,9 +57,8 @@ local function set_of(text)
   if set then return set end
   local tier, from = match(text, '^([^\n]*)()')
   if tier ~= '' and not valid_tier(tier) then return nil end
-  -- fast: fast.lua's fast_check may decide it; log: it has a sliding log; width: its reply's
-  -- length under the defaults.
-  set = {tier = tier, fast = true, log = false, width = 3}
+  -- log: it has a sliding log; width: its reply's length under the defaults.
+  set = {tier = tier, log = false, width = 3}
   -- Each line read with one anchored match from where the last one ended (no copy of the
   -- text, no count of its lines after): a line without its space matches nothing.
   local seen, size = {}, #text
@@ -75,15 +74,13 @@ local function set_of(text)
     from = after
   end
   -- fast_check's pattern of the whole state string: the header '0', then each policy's
-  -- line in order (a Lua pattern holds at most 32 captures).
-  if set.fast then
-    local pat, captures = '^0', 0
-    for i = 1, #set do
-      pat, captures = pat .. set[i].pat, captures + set[i].a.fields
-    end
-    set.pat, set.none = pat .. '$', {}
-    if captures > 32 then set.fast = false end
+  -- line in order. fast: fast.lua's fast_check may decide the set (a Lua pattern holds at
+  -- most 32 captures).
+  local pat, captures = '^0', 0
+  for i = 1, #set do
+    pat, captures = pat .. set[i].pat, captures + set[i].a.fields
   end
+  set.pat, set.none, set.fast = pat .. '$', {}, captures <= 32
   -- defaults: the fast path may decide this set when it is the defaults'.
   set.defaults = set.fast and tier == ''
   set.count = #set
