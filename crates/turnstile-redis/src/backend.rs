@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use deadpool_redis::redis;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy, SystemClock,

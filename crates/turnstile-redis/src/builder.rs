@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis;
 use turnstile_core::{Clock, SystemClock};
 
 use crate::backend::{Counters, Inner, RedisBackend, Target};
@@ -101,13 +100,6 @@ impl<C> RedisBackendBuilder<C> {
     /// for when a node counts as down).
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
-        self
-    }
-
-    /// The connection pool's maximum size (default: deadpool's, 4 × the CPU count). On a single
-    /// node every call shares one multiplexed (pipelined) connection taken from the pool,
-    /// replaced when it breaks; a Cluster uses the pool per call.
-    pub fn pool_size(self, _size: usize) -> Self {
         self
     }
 

@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 
-use deadpool_redis::redis::{Arg, Cmd, ToRedisArgs};
+use redis::{Arg, Cmd, ToRedisArgs};
 
 /// What a call runs: the check function (checks, refunds, resets) or the configuration one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,8 +126,7 @@ impl Drop for Call {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deadpool_redis::redis;
-
+    
     #[test]
     fn a_call_is_its_command_name_target_key_count_keys_and_arguments_in_order() {
         let mut call = Call::new(Which::Check, "f", 2);

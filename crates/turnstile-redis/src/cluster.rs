@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use deadpool_redis::redis::cluster::ClusterClient;
-use deadpool_redis::redis::cluster_async::ClusterConnection;
-use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use deadpool_redis::redis::{self, Cmd, FromRedisValue, RedisError, Value};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::call::Call;
 use crate::conn::refused;

@@ -3,6 +3,14 @@
 //! or the node answers that it cannot serve us, and one retry of a call that provably did not
 //! run.
 //!
+//! Why one multiplexed connection and not a pool: every call is one short script call whose
+//! reply carries everything the caller needs, so calls never wait on each other's replies
+//! and pipeline on one socket (redis-rs's `MultiplexedConnection` matches replies to callers
+//! in order). A pool would add a checkout per call and hold N sockets that each see 1/N of
+//! the traffic, without letting Redis (one thread per node) run any call sooner; it would
+//! also multiply what a failover or a silent connection must replace. A Cluster uses
+//! redis-rs's cluster client, which keeps one such connection per master.
+//!
 //! "Known closed": connections speak RESP3 when the server does (Redis 6+), with a push
 //! sender that redis-rs tells when the connection's reader sees it close. A call never goes
 //! out on such a connection: a fresh one is made first. On a RESP2-only server (Redis 5) a
@@ -12,8 +20,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use deadpool_redis::redis::aio::MultiplexedConnection;
-use deadpool_redis::redis::{
+use redis::aio::MultiplexedConnection;
+use redis::{
     self, AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, PushInfo, PushKind,
     RedisResult, Value,
 };

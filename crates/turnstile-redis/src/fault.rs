@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use deadpool_redis::redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 use turnstile_core::BackendError;
 
 /// How the backend treats one failed call (see [`classify`]).
@@ -206,7 +206,7 @@ pub(crate) fn redis_error(e: RedisError, node: &str) -> BackendError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deadpool_redis::redis::{parse_redis_value, Value};
+    use redis::{parse_redis_value, Value};
 
     /// The error of a server reply such as `-READONLY You can't write ...`.
     fn reply(line: &str) -> RedisError {

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use sha2::{Digest, Sha256};
 
 use crate::call::{Call, Which};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::Value;
+use redis::Value;
 use turnstile_core::decision::exact_ms;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{

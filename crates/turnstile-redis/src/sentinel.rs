@@ -4,7 +4,7 @@
 use std::fmt;
 
 #[cfg(feature = "sentinel")]
-use deadpool_redis::redis::{
+use redis::{
     aio::MultiplexedConnection,
     sentinel::{SentinelClientBuilder, SentinelServerType},
     AsyncConnectionConfig, ConnectionAddr, ProtocolVersion, RedisResult,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use deadpool_redis::redis::{self, aio::MultiplexedConnection, ErrorKind, RedisError, Value};
+use redis::{aio::MultiplexedConnection, ErrorKind, RedisError, Value};
 
 /// The oldest Redis the scripts run on: 5.0.0. They call `TIME` and then write, which needs
 /// effects replication, the default since Redis 5 (older servers refuse such scripts);

@@ -16,7 +16,6 @@
 
 use std::path::PathBuf;
 
-use deadpool_redis::redis;
 
 use crate::error::InvalidRedisConfig;
 
@@ -148,8 +147,7 @@ mod rustls_checks {
     use std::path::Path;
     use std::sync::Arc;
 
-    use deadpool_redis::redis;
-    use rustls::pki_types::pem::{self, PemObject};
+        use rustls::pki_types::pem::{self, PemObject};
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use rustls::{ClientConfig, RootCertStore};
 
