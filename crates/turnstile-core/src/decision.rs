@@ -6,8 +6,9 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::algorithm::bucket::{self, Debts};
 use crate::few::Few;
-use crate::policy::{Algorithm, Policy};
+use crate::policy::Policy;
 use crate::quota::Applied;
 
 /// A policy that decisions share instead of each holding a copy: moving one moves a
@@ -234,27 +235,22 @@ impl PolicyDecision {
         }
     }
 
-    /// A bucket policy's result from its debts in units of 1/L ms: `debt` after the
-    /// decision, `delay` the leaky bucket's queue ahead of the request (0 otherwise).
+    /// A bucket policy's result from its decision in debts (units of 1/L ms, see
+    /// [`Debts`]): the debt after the decision, the debt a denial waits out, the leaky
+    /// bucket's queue ahead of the request.
     #[inline]
-    pub(crate) fn bucket(
-        policy: SharedPolicy,
-        allowed: bool,
-        debt: u64,
-        retry: Retry,
-        delay: u64,
-    ) -> Self {
-        let (retry_debt, marker) = match retry {
+    pub(crate) fn bucket(policy: SharedPolicy, d: Debts) -> Self {
+        let (retry_debt, marker) = match d.retry {
             Retry::Zero => (0, ZERO),
             Retry::Never => (0, NEVER),
-            Retry::After(d) => (d, AFTER),
+            Retry::After(debt) => (debt, AFTER),
         };
         PolicyDecision {
             policy,
-            words: [debt, retry_debt, delay, 0],
+            words: [d.after, retry_debt, d.delay, 0],
             nanos: [0, marker, 0],
             layout: Layout::Bucket,
-            allowed,
+            allowed: d.allowed,
         }
     }
 
@@ -318,8 +314,7 @@ impl PolicyDecision {
             Layout::Spans => self.words[0],
             Layout::Bucket => {
                 let p = &*self.policy;
-                p.capacity()
-                    .saturating_sub(self.words[0].div_ceil(p.period_ms().max(1)))
+                bucket::remaining(p.capacity(), p.period_ms(), self.words[0])
             }
         }
     }
@@ -360,23 +355,11 @@ impl PolicyDecision {
         if !self.allowed && cost == remaining + 1 {
             return Some(self.retry_after().unwrap_or(Duration::ZERO));
         }
-        match p.algorithm() {
-            // remaining = B − ceil(D / P) rises when the debt D / L ms (`reset_after`) falls to
-            // (B − r − 1)·P / L ms. Both durations are rounded up to ns: one ns less keeps
-            // the bound below the exact instant.
-            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
-                let units = u128::from(cap - remaining - 1);
-                let rest = ms_ratio(units * u128::from(p.period_ms()), u128::from(p.limit()));
-                Some(
-                    self.reset_after()
-                        .saturating_sub(rest.saturating_add(Duration::from_nanos(1))),
-                )
-            }
-            // A count in the current window (remaining < L) ends with the window, when the
-            // key resets.
-            Algorithm::FixedWindow => Some(self.reset_after()),
-            Algorithm::SlidingLog | Algorithm::SlidingWindow => Some(Duration::ZERO),
-        }
+        Some(crate::algorithm::first_rise(
+            p,
+            remaining,
+            self.reset_after(),
+        ))
     }
 }
 

@@ -15,11 +15,13 @@
 //! Each holds the family's decision and its branch of carry-over and refund (the GCRA's are
 //! the buckets'); this module holds the state, the evaluation and the dispatch.
 
-mod bucket;
+pub(crate) mod bucket;
 mod fixed_window;
 mod gcra;
 mod sliding_log;
 mod sliding_window;
+
+use std::time::Duration;
 
 use crate::decision::{span_ratio, PolicyDecision, SharedPolicy, Span};
 use crate::few::Few;
@@ -408,6 +410,22 @@ pub(crate) fn eval_all<'s>(
     evals
 }
 
+/// How long after a decision of `p` that reports `remaining` (below the capacity) and
+/// `reset_after` its `remaining` can first rise, with nothing else arriving: a lower bound,
+/// and zero where the moment depends on state a decision does not carry (a sliding log's
+/// oldest entry, a sliding window's previous count).
+pub(crate) fn first_rise(p: &Policy, remaining: u64, reset_after: Duration) -> Duration {
+    match p.algorithm() {
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
+            bucket::first_rise(p, remaining, reset_after)
+        }
+        // A count in the current window (remaining < L) ends with the window, when the key
+        // resets.
+        Algorithm::FixedWindow => reset_after,
+        Algorithm::SlidingLog | Algorithm::SlidingWindow => Duration::ZERO,
+    }
+}
+
 /// Converts `state`, last written under `from`, for use under `to`: the carry-over rule when a
 /// policy of one name changes its parameters (a redeploy, or an override set at run time).
 /// A pure function of its inputs; backends apply it lazily, at each evaluation, and store its
@@ -545,23 +563,6 @@ impl Outcome {
 fn narrow(v: u128) -> u64 {
     // Every value narrowed here is bounded by max(L, B)·P ≤ 2^53 − 1 or by a u64 input.
     u64::try_from(v).unwrap_or(u64::MAX)
-}
-
-/// ⌈a / b⌉ for b ≥ 1, in 64-bit arithmetic when both fit (128-bit division is slow).
-fn div_ceil(a: u128, b: u128) -> u128 {
-    match (u64::try_from(a), u64::try_from(b)) {
-        (Ok(a), Ok(b)) => u128::from(a.div_ceil(b.max(1))),
-        _ => a.div_ceil(b.max(1)),
-    }
-}
-
-/// (L, P, capacity) as u128.
-fn params(p: &Policy) -> (u128, u128, u128) {
-    (
-        u128::from(p.limit()),
-        u128::from(p.period_ms()),
-        u128::from(p.capacity()),
-    )
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ impl Head {
                 };
                 let kind = tag.kind();
                 match fast::decide(p, Words { kind, a, b, c }, a, 0) {
-                    Some(f) => fast::expires_at(f.now, f.debt, p.limit()),
+                    Some(f) => fast::expires_at(f.now, f.debts.after, p.limit()),
                     None => self
                         .as_one(policies)
                         .map(|(_, state)| expires_at(p, &state))

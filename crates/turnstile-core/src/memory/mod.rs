@@ -348,11 +348,12 @@ impl<C> MemoryBackend<C> {
                                 *tag = tag.with_state(w.kind, now.explicit);
                             }
                             if moved {
-                                let expires_ms = fast::expires_at(f.now, f.debt, policy.limit());
+                                let expires_ms =
+                                    fast::expires_at(f.now, f.debts.after, policy.limit());
                                 shard.note(cell, expires_ms, now.explicit);
                             }
                         }
-                        let d = PolicyDecision::bucket(shared, f.allowed, f.debt, f.retry, f.delay);
+                        let d = PolicyDecision::bucket(shared, f.debts);
                         return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
                     }
                 }
@@ -462,15 +463,15 @@ impl<C> MemoryBackend<C> {
                         let moved = tag.explicit() != now.explicit;
                         (*tag, *c, *a, *b) = (new_tag, w.c, w.a, w.b);
                         if moved {
-                            let expires_ms = fast::expires_at(f.now, f.debt, limit);
+                            let expires_ms = fast::expires_at(f.now, f.debts.after, limit);
                             shard.note(cell, expires_ms, now.explicit);
                         }
                     }
                     _ => {
                         // The exact expiry (a division) only when it may lower the bound.
-                        let floor = fast::expires_no_earlier_than(f.now, f.debt, limit);
+                        let floor = fast::expires_no_earlier_than(f.now, f.debts.after, limit);
                         let expires_ms = if floor < shard.round_min[usize::from(now.explicit)] {
-                            fast::expires_at(f.now, f.debt, limit)
+                            fast::expires_at(f.now, f.debts.after, limit)
                         } else {
                             floor
                         };
@@ -487,7 +488,7 @@ impl<C> MemoryBackend<C> {
                     }
                 }
             }
-            let d = PolicyDecision::bucket(shared, f.allowed, f.debt, f.retry, f.delay);
+            let d = PolicyDecision::bucket(shared, f.debts);
             return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
         }
         let general = self.check_full(
