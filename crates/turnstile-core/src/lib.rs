@@ -57,6 +57,7 @@ pub mod metric_names;
 pub mod policy;
 pub mod quota;
 pub mod round;
+mod shared;
 #[cfg(test)]
 mod test_util;
 pub mod wrap;

@@ -23,9 +23,10 @@ mod sliding_window;
 
 use std::time::Duration;
 
-use crate::decision::{span_ratio, PolicyDecision, SharedPolicy, Span};
+use crate::decision::{span_ratio, PolicyDecision, Span};
 use crate::few::Few;
 use crate::policy::{Algorithm, Policy};
+use crate::shared::SharedPolicy;
 use sliding_log::Log;
 
 /// One policy's state for one key. A fresh key's state is [`State::default`].

@@ -11,9 +11,9 @@ use std::num::NonZeroU32;
 
 use super::fast::{self, Words};
 use crate::algorithm::{eval, Packed, State};
-use crate::decision::SharedPolicy;
 use crate::policy::Policy;
 use crate::quota::KeyConfig;
+use crate::shared::SharedPolicy;
 
 /// How long a key's version is kept when it has no other configuration: a day, as in Redis.
 const VERSION_TTL_MS: u64 = 86_400_000;

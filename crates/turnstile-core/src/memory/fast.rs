@@ -93,7 +93,8 @@ pub(super) fn expires_no_earlier_than(now: u64, debt: u64, limit: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::algorithm::{eval, Packed, State};
-    use crate::decision::{PolicyDecision, SharedPolicy};
+    use crate::decision::PolicyDecision;
+    use crate::shared::SharedPolicy;
     use proptest::prelude::*;
 
     fn words(s: &State, l: u64) -> Words {

@@ -8,10 +8,11 @@ use super::sweep::Now;
 use super::{Lookup, MemoryBackend, Shard, ShardCell};
 use crate::algorithm::{carry_over, eval_all, Eval, State};
 use crate::backend::BackendError;
-use crate::decision::{Decision, PolicyDecision, SharedPolicy};
+use crate::decision::{Decision, PolicyDecision};
 use crate::few::Few;
 use crate::policy::Policy;
 use crate::quota::{resolve_which, Applied, KeyConfig, Tier, Unconfigured, Which};
+use crate::shared::SharedPolicy;
 
 impl<C> MemoryBackend<C> {
     /// The general path: any configuration, any policies.

@@ -1,367 +1,20 @@
-//! Decisions: what a check answers, per policy and in aggregate.
+//! Decisions: what a check answers, per policy ([`PolicyDecision`]) and in aggregate
+//! ([`Decision`]).
+//!
+//! A policy's answer keeps its values packed (`fields.rs`: exact durations, or a bucket's
+//! debts read on demand); this module holds the aggregate of `SEMANTICS.md`'s "several
+//! policies on one request".
 
-use std::collections::HashSet;
-use std::fmt;
-use std::ops::Deref;
-use std::sync::{Arc, Mutex};
+mod fields;
+mod policy;
+
 use std::time::Duration;
 
-use crate::algorithm::bucket::{self, Debts};
 use crate::few::Few;
-use crate::policy::Policy;
 use crate::quota::Applied;
-
-/// A policy that decisions share instead of each holding a copy: moving one moves a
-/// pointer. Policies the in-memory backend decides by are interned for the life of the
-/// process ([`SharedPolicy::interned`]), so its decisions carry them without counting
-/// references (no atomic operation per decision); other decisions (the Redis backend's, the
-/// pure `algorithm` functions') hold a reference-counted copy.
-#[derive(Clone)]
-pub(crate) enum SharedPolicy {
-    Interned(&'static Policy),
-    Counted(Arc<Policy>),
-}
-
-/// How many distinct policies (name and parameters) [`SharedPolicy::interned`] keeps for
-/// the life of the process: a few MB at most (a policy with its name is at most about
-/// 300 bytes), far more than any configuration holds. Beyond it, policies are shared by
-/// reference count instead.
-const MAX_INTERNED: usize = 16_384;
-
-impl SharedPolicy {
-    /// A reference-counted copy of `policy`.
-    pub(crate) fn new(policy: Policy) -> Self {
-        SharedPolicy::Counted(Arc::new(policy))
-    }
-
-    /// `policy` interned: every call with an equal policy (name and parameters) gives the
-    /// same copy, kept for the life of the process — up to [`MAX_INTERNED`] distinct ones,
-    /// then a reference-counted copy. Takes a process-wide lock: call it when a policy is
-    /// first seen (the in-memory backend does once per shard), not per decision.
-    pub(crate) fn interned(policy: &Policy) -> Self {
-        static INTERNED: Mutex<Option<HashSet<&'static Policy>>> = Mutex::new(None);
-        let mut set = INTERNED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let set = set.get_or_insert_with(HashSet::new);
-        if let Some(&p) = set.get(policy) {
-            return SharedPolicy::Interned(p);
-        }
-        if set.len() >= MAX_INTERNED {
-            return SharedPolicy::new(policy.clone());
-        }
-        let p: &'static Policy = Box::leak(Box::new(policy.clone()));
-        set.insert(p);
-        SharedPolicy::Interned(p)
-    }
-}
-
-impl SharedPolicy {
-    /// [`Policy::identity`] of the policy.
-    pub(crate) fn identity(&self) -> (usize, [u64; 2]) {
-        (**self).identity()
-    }
-}
-
-impl Deref for SharedPolicy {
-    type Target = Policy;
-
-    #[inline]
-    fn deref(&self) -> &Policy {
-        match self {
-            SharedPolicy::Interned(p) => p,
-            SharedPolicy::Counted(p) => p,
-        }
-    }
-}
-
-impl PartialEq for SharedPolicy {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for SharedPolicy {}
-
-impl fmt::Debug for SharedPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        (**self).fmt(f)
-    }
-}
-
-/// An exact duration rounded up to whole ns, as whole ms and the ns beyond them (below
-/// 10⁶): how decisions store durations, three of them in 36 bytes of a [`PolicyDecision`]
-/// (a [`Duration`] takes 16 with its padding).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Span {
-    pub(crate) ms: u64,
-    pub(crate) ns: u32,
-}
-
-impl Span {
-    pub(crate) const ZERO: Span = Span { ms: 0, ns: 0 };
-
-    /// `ns` nanoseconds.
-    pub(crate) fn from_ns(ns: u64) -> Span {
-        Span {
-            ms: ns / 1_000_000,
-            ns: (ns % 1_000_000) as u32,
-        }
-    }
-
-    /// `d`, saturating at `u64::MAX` ms (585 million years).
-    pub(crate) fn from_duration(d: Duration) -> Span {
-        Span {
-            ms: d
-                .as_secs()
-                .saturating_mul(1_000)
-                .saturating_add(u64::from(d.subsec_millis())),
-            ns: d.subsec_nanos() % 1_000_000,
-        }
-    }
-
-    pub(crate) fn duration(self) -> Duration {
-        Duration::new(
-            self.ms / 1_000,
-            (self.ms % 1_000) as u32 * 1_000_000 + self.ns % 1_000_000,
-        )
-    }
-
-    /// The span in whole ms, rounded up.
-    pub(crate) fn ceil_ms(self) -> u64 {
-        self.ms.saturating_add(u64::from(self.ns != 0))
-    }
-}
-
-/// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
-///
-/// Durations are exact values rounded **up** to whole nanoseconds, so rounding them up again
-/// to milliseconds or seconds gives exactly the exact value rounded up. The policy is shared
-/// with the backend, not copied. A bucket's result (token bucket, GCRA, leaky bucket) from
-/// the in-memory backend keeps the bucket's debt and works its fields out when they are
-/// read, so a caller that only asks whether the request is admitted pays no division.
-#[derive(Clone, Debug)]
-pub struct PolicyDecision {
-    pub(crate) policy: SharedPolicy,
-    /// [`Layout::Spans`]: `remaining`, then the ms of `reset_after`, `retry_after` and
-    /// `delay`. [`Layout::Bucket`]: the debt after the decision, the debt `retry_after`
-    /// waits out and the leaky bucket's queue (`delay`), in units of 1/L ms of the policy's
-    /// L: `remaining` = B − ⌈debt / P⌉, each duration its debt / L.
-    words: [u64; 4],
-    /// [`Layout::Spans`]: the ns beyond those ms, `retry_after`'s [`NEVER`] when no wait can
-    /// help. [`Layout::Bucket`]: `retry_after`'s [`NEVER`], [`ZERO`] or [`AFTER`] in the
-    /// middle.
-    nanos: [u32; 3],
-    layout: Layout,
-    pub(crate) allowed: bool,
-}
-
-/// How a [`PolicyDecision`] keeps its fields (in 64 bytes, policy included).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Layout {
-    Spans,
-    Bucket,
-}
-
-/// `nanos[1]`: no wait can help.
-const NEVER: u32 = u32::MAX;
-/// `nanos[1]` of a bucket: `retry_after` is zero.
-const ZERO: u32 = 0;
-/// `nanos[1]` of a bucket: `retry_after` is `words[1]` / L.
-const AFTER: u32 = 1;
-
-/// A bucket's `retry_after`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Retry {
-    /// Zero (admitted).
-    Zero,
-    /// No wait can help.
-    Never,
-    /// This debt / L ms.
-    After(u64),
-}
-
-impl PartialEq for PolicyDecision {
-    fn eq(&self, other: &Self) -> bool {
-        self.policy == other.policy
-            && self.allowed == other.allowed
-            && self.remaining() == other.remaining()
-            && self.retry_span() == other.retry_span()
-            && self.reset_span() == other.reset_span()
-            && self.delay_span() == other.delay_span()
-    }
-}
-
-impl Eq for PolicyDecision {}
-
-impl PolicyDecision {
-    /// A policy's result from its parts, for backends that compute decisions elsewhere (the
-    /// Redis scripts). Durations should be exact values rounded up to nanoseconds, as
-    /// [`exact_ms`] gives; `retry_after` is `Some(Duration::ZERO)` when `allowed`.
-    pub fn new(
-        policy: Policy,
-        allowed: bool,
-        remaining: u64,
-        retry_after: Option<Duration>,
-        reset_after: Duration,
-        delay: Duration,
-    ) -> Self {
-        PolicyDecision::from_spans(
-            SharedPolicy::new(policy),
-            allowed,
-            remaining,
-            retry_after.map(Span::from_duration),
-            Span::from_duration(reset_after),
-            Span::from_duration(delay),
-        )
-    }
-
-    /// A policy's result from durations as [`Span`]s.
-    pub(crate) fn from_spans(
-        policy: SharedPolicy,
-        allowed: bool,
-        remaining: u64,
-        retry: Option<Span>,
-        reset: Span,
-        delay: Span,
-    ) -> Self {
-        let retry = retry.unwrap_or(Span { ms: 0, ns: NEVER });
-        PolicyDecision {
-            policy,
-            words: [remaining, reset.ms, retry.ms, delay.ms],
-            nanos: [reset.ns, retry.ns, delay.ns],
-            layout: Layout::Spans,
-            allowed,
-        }
-    }
-
-    /// A bucket policy's result from its decision in debts (units of 1/L ms, see
-    /// [`Debts`]): the debt after the decision, the debt a denial waits out, the leaky
-    /// bucket's queue ahead of the request.
-    #[inline]
-    pub(crate) fn bucket(policy: SharedPolicy, d: Debts) -> Self {
-        let (retry_debt, marker) = match d.retry {
-            Retry::Zero => (0, ZERO),
-            Retry::Never => (0, NEVER),
-            Retry::After(debt) => (debt, AFTER),
-        };
-        PolicyDecision {
-            policy,
-            words: [d.after, retry_debt, d.delay, 0],
-            nanos: [0, marker, 0],
-            layout: Layout::Bucket,
-            allowed: d.allowed,
-        }
-    }
-
-    /// `debt` / L ms of this policy.
-    fn per_limit(&self, debt: u64) -> Span {
-        span_ratio(u128::from(debt), u128::from(self.policy.limit()))
-    }
-
-    pub(crate) fn retry_span(&self) -> Option<Span> {
-        match (self.layout, self.nanos[1]) {
-            (_, NEVER) => None,
-            (Layout::Spans, ns) => Some(Span {
-                ms: self.words[2],
-                ns,
-            }),
-            (Layout::Bucket, ZERO) => Some(Span::ZERO),
-            (Layout::Bucket, _) => Some(self.per_limit(self.words[1])),
-        }
-    }
-
-    pub(crate) fn reset_span(&self) -> Span {
-        match self.layout {
-            Layout::Spans => Span {
-                ms: self.words[1],
-                ns: self.nanos[0],
-            },
-            Layout::Bucket => self.per_limit(self.words[0]),
-        }
-    }
-
-    pub(crate) fn delay_span(&self) -> Span {
-        match self.layout {
-            Layout::Spans => Span {
-                ms: self.words[3],
-                ns: self.nanos[2],
-            },
-            Layout::Bucket => self.per_limit(self.words[2]),
-        }
-    }
-
-    /// The policy's name.
-    pub fn name(&self) -> &str {
-        self.policy.name()
-    }
-
-    /// The policy this result is for (with an override, the key's own policy).
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// Whether this policy, on its own, admits the request.
-    pub fn allowed(&self) -> bool {
-        self.allowed
-    }
-
-    /// Units still available under this policy after the decision (see `SEMANTICS.md` for
-    /// each algorithm's definition). When the request is denied overall, nothing was
-    /// consumed and this is the count before it.
-    pub fn remaining(&self) -> u64 {
-        match self.layout {
-            Layout::Spans => self.words[0],
-            Layout::Bucket => {
-                let p = &*self.policy;
-                bucket::remaining(p.capacity(), p.period_ms(), self.words[0])
-            }
-        }
-    }
-
-    /// `Some(Duration::ZERO)` when this policy admits; when it denies, `Some(d)` with d the
-    /// smallest wait after which the same request would be admitted if nothing else arrived;
-    /// `None` when no wait can help (the cost exceeds the policy's capacity).
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_span().map(Span::duration)
-    }
-
-    /// How long until this policy's state for the key equals a fresh key's, if nothing else
-    /// arrives.
-    pub fn reset_after(&self) -> Duration {
-        self.reset_span().duration()
-    }
-
-    /// Leaky bucket only: how long the admitted request waits for the queue ahead of it to
-    /// drain. Zero for every other algorithm and for denied requests.
-    pub fn delay(&self) -> Duration {
-        self.delay_span().duration()
-    }
-
-    /// For a policy's result on a denied request of `cost` units: how long, with nothing else
-    /// arriving, until this policy's `remaining` could rise or (if it denies) it could admit;
-    /// `None` when neither can happen (the policy is at full capacity). A lower bound where
-    /// the exact moment depends on state a decision does not carry (a sliding log's oldest
-    /// entry, a sliding window's previous count): zero.
-    fn unchanged_for(&self, cost: u64) -> Option<Duration> {
-        let p = &self.policy;
-        let cap = p.capacity();
-        let remaining = self.remaining();
-        if remaining >= cap {
-            return None;
-        }
-        // Every algorithm admits `cost` exactly when `remaining` ≥ `cost`, so when one more
-        // unit is missing, the first rise is the admission itself.
-        if !self.allowed && cost == remaining + 1 {
-            return Some(self.retry_after().unwrap_or(Duration::ZERO));
-        }
-        Some(crate::algorithm::first_rise(
-            p,
-            remaining,
-            self.reset_after(),
-        ))
-    }
-}
+pub use fields::exact_ms;
+pub(crate) use fields::{ms_ratio, span_ratio, Retry, Span};
+pub use policy::PolicyDecision;
 
 /// Who answered a check: the backend itself, or a wrapper in its stead. Only an answer of
 /// the backend is evidence that it works (an incident ends on one).
@@ -440,7 +93,7 @@ impl Decision {
         version: u64,
     ) -> Self {
         let list = policies.as_slice();
-        let allowed = list.iter().all(|p| p.allowed);
+        let allowed = list.iter().all(|p| p.allowed());
         let mut binding = 0;
         for (i, p) in list.iter().enumerate().skip(1) {
             let b = &list[binding];
@@ -464,7 +117,7 @@ impl Decision {
     #[inline]
     pub(crate) fn one(policy: PolicyDecision, applied: Applied, version: u64) -> Self {
         Decision {
-            allowed: policy.allowed,
+            allowed: policy.allowed(),
             binding: 0,
             policies: Few::One(policy),
             applied,
@@ -524,7 +177,7 @@ impl Decision {
                 .iter()
                 .map(|p| {
                     let retry = p.retry_after().map(|d| {
-                        if p.allowed {
+                        if p.allowed() {
                             Span::ZERO
                         } else {
                             less(d).max(Span { ms: 0, ns: 1 })
@@ -532,7 +185,7 @@ impl Decision {
                     });
                     PolicyDecision::from_spans(
                         p.policy.clone(),
-                        p.allowed,
+                        p.allowed(),
                         p.remaining(),
                         retry,
                         less(p.reset_after()),
@@ -645,7 +298,7 @@ impl Decision {
             return None;
         }
         list.iter()
-            .filter(|p| !p.allowed)
+            .filter(|p| !p.allowed())
             .try_fold(Span::ZERO, |acc, p| p.retry_span().map(|r| acc.max(r)))
             .map(Span::duration)
     }
@@ -682,70 +335,8 @@ impl Decision {
 
     /// The policies that deny the request, in policy order (empty when admitted).
     pub fn violated(&self) -> impl Iterator<Item = &PolicyDecision> {
-        self.policies.as_slice().iter().filter(|p| !p.allowed)
+        self.policies.as_slice().iter().filter(|p| !p.allowed())
     }
-}
-
-/// The exact duration `num / den` milliseconds, rounded up to whole nanoseconds, so that
-/// rounding it up again to milliseconds or seconds rounds the exact value. A `den` of 0 is
-/// taken as 1; a value beyond `Duration::MAX` saturates (no policy within `SEMANTICS.md`'s
-/// bounds comes near).
-pub fn exact_ms(num: u128, den: u128) -> Duration {
-    ms_ratio(num, den)
-}
-
-/// [`ms_ratio`] as a [`Span`]: the exact `num / den` ms rounded up to whole ns (saturating
-/// at `u64::MAX` ms, which no policy within `SEMANTICS.md`'s bounds comes near).
-pub(crate) fn span_ratio(num: u128, den: u128) -> Span {
-    let den = den.max(1);
-    if num == 0 {
-        return Span::ZERO;
-    }
-    if let (Ok(n), Ok(d)) = (u64::try_from(num), u64::try_from(den)) {
-        if let Some(scaled) = n.checked_mul(1_000_000) {
-            return Span::from_ns(scaled.div_ceil(d));
-        }
-    }
-    let Some(scaled) = num.checked_mul(1_000_000) else {
-        return Span {
-            ms: u64::MAX,
-            ns: 0,
-        };
-    };
-    let ns = scaled.div_ceil(den);
-    match u64::try_from(ns / 1_000_000) {
-        Ok(ms) => Span {
-            ms,
-            ns: (ns % 1_000_000) as u32,
-        },
-        Err(_) => Span {
-            ms: u64::MAX,
-            ns: 0,
-        },
-    }
-}
-
-pub(crate) fn ms_ratio(num: u128, den: u128) -> Duration {
-    let den = den.max(1);
-    if num == 0 {
-        return Duration::ZERO;
-    }
-    // The common case in 64-bit arithmetic: 128-bit division costs several times more.
-    if let (Ok(n), Ok(d)) = (u64::try_from(num), u64::try_from(den)) {
-        if let Some(scaled) = n.checked_mul(1_000_000) {
-            let ns = scaled.div_ceil(d);
-            return Duration::new(ns / 1_000_000_000, (ns % 1_000_000_000) as u32);
-        }
-    }
-    let Some(scaled) = num.checked_mul(1_000_000) else {
-        return Duration::MAX;
-    };
-    let ns = scaled.div_ceil(den);
-    let Ok(secs) = u64::try_from(ns / 1_000_000_000) else {
-        return Duration::MAX;
-    };
-    let nanos = (ns % 1_000_000_000) as u32;
-    Duration::new(secs, nanos)
 }
 
 #[cfg(test)]
