@@ -48,6 +48,7 @@
 pub mod algorithm;
 mod backend;
 mod clock;
+mod debt;
 pub mod decision;
 mod failure;
 mod few;

@@ -9,6 +9,7 @@
 //! [`bucket`](super::bucket)); only the stored state differs.
 
 use super::{bucket, narrow, Kind, Outcome, State, Update};
+use crate::debt::decide_debt;
 use crate::policy::Policy;
 
 /// GCRA with emission interval T = P/L and tolerance τ = (B − 1)·T, on a TAT kept exactly
@@ -20,7 +21,7 @@ pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64) -> Outcome {
         Kind::Gcra { tat_ms, tat_frac } => debt_at(tat_ms, tat_frac, now, l, bucket::max_debt(p)),
         _ => 0,
     };
-    let d = bucket::decide_debt(p.period_ms(), p.capacity(), debt, cost, false);
+    let d = decide_debt(p.period_ms(), p.capacity(), debt, cost, false);
     bucket::outcome(p, d, cost, |after| tat_kind_update(now, after, l))
 }
 

@@ -15,13 +15,11 @@
 //! Each holds the family's decision and its branch of carry-over and refund (the GCRA's are
 //! the buckets'); this module holds the state, the evaluation and the dispatch.
 
-pub(crate) mod bucket;
+mod bucket;
 mod fixed_window;
 mod gcra;
 mod sliding_log;
 mod sliding_window;
-
-use std::time::Duration;
 
 use crate::decision::{span_ratio, PolicyDecision, Span};
 use crate::few::Few;
@@ -409,22 +407,6 @@ pub(crate) fn eval_all<'s>(
         }
     }
     evals
-}
-
-/// How long after a decision of `p` that reports `remaining` (below the capacity) and
-/// `reset_after` its `remaining` can first rise, with nothing else arriving: a lower bound,
-/// and zero where the moment depends on state a decision does not carry (a sliding log's
-/// oldest entry, a sliding window's previous count).
-pub(crate) fn first_rise(p: &Policy, remaining: u64, reset_after: Duration) -> Duration {
-    match p.algorithm() {
-        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
-            bucket::first_rise(p, remaining, reset_after)
-        }
-        // A count in the current window (remaining < L) ends with the window, when the key
-        // resets.
-        Algorithm::FixedWindow => reset_after,
-        Algorithm::SlidingLog | Algorithm::SlidingWindow => Duration::ZERO,
-    }
 }
 
 /// Converts `state`, last written under `from`, for use under `to`: the carry-over rule when a

@@ -1,11 +1,11 @@
 //! How a policy's decision is kept: its fields packed in 48 bytes, either as exact durations
 //! ([`Span`]s) or, for a bucket, as the debts the buckets' one decision answers (see
-//! `algorithm::bucket::Debts`), worked out only when read. And the exact ratios durations
+//! `debt::Debts`), worked out only when read. And the exact ratios durations
 //! are made of.
 
 use std::time::Duration;
 
-use crate::algorithm::bucket::{self, Debts};
+use crate::debt::{self, Debts, Retry};
 use crate::policy::Policy;
 
 /// An exact duration rounded up to whole ns, as whole ms and the ns beyond them (below
@@ -50,17 +50,6 @@ impl Span {
     pub(crate) fn ceil_ms(self) -> u64 {
         self.ms.saturating_add(u64::from(self.ns != 0))
     }
-}
-
-/// A bucket's `retry_after`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Retry {
-    /// Zero (admitted).
-    Zero,
-    /// No wait can help.
-    Never,
-    /// This debt / L ms.
-    After(u64),
 }
 
 /// How [`Fields`] keep a decision's values.
@@ -140,7 +129,7 @@ impl Fields {
     pub(crate) fn remaining(&self, p: &Policy) -> u64 {
         match self.layout {
             Layout::Spans => self.words[0],
-            Layout::Bucket => bucket::remaining(p.capacity(), p.period_ms(), self.words[0]),
+            Layout::Bucket => debt::remaining(p.capacity(), p.period_ms(), self.words[0]),
         }
     }
 

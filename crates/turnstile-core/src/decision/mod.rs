@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::few::Few;
 use crate::quota::Applied;
 pub use fields::exact_ms;
-pub(crate) use fields::{ms_ratio, span_ratio, Retry, Span};
+pub(crate) use fields::{span_ratio, Span};
 pub use policy::PolicyDecision;
 
 /// Who answered a check: the backend itself, or a wrapper in its stead. Only an answer of
@@ -341,6 +341,7 @@ impl Decision {
 
 #[cfg(test)]
 mod tests {
+    use super::fields::ms_ratio;
     use super::*;
 
     fn pd(

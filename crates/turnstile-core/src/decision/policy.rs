@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use super::fields::ms_ratio;
 use super::fields::{Fields, Span};
-use crate::algorithm::bucket::Debts;
-use crate::policy::Policy;
+use crate::debt::Debts;
+use crate::policy::{Algorithm, Policy};
 use crate::shared::SharedPolicy;
 
 /// One policy's answer to a check, as `SEMANTICS.md` defines its fields.
@@ -150,10 +151,20 @@ impl PolicyDecision {
         if !self.allowed() && cost == remaining + 1 {
             return Some(self.retry_after().unwrap_or(Duration::ZERO));
         }
-        Some(crate::algorithm::first_rise(
-            p,
-            remaining,
-            self.reset_after(),
-        ))
+        Some(match p.algorithm() {
+            // remaining = B − ceil(D / P) rises when the debt D / L ms (`reset_after`) falls to
+            // (B − r − 1)·P / L ms. Both durations are rounded up to ns: one ns less keeps
+            // the bound below the exact instant.
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
+                let units = u128::from(p.capacity() - remaining - 1);
+                let rest = ms_ratio(units * u128::from(p.period_ms()), u128::from(p.limit()));
+                let reset = self.reset_after();
+                reset.saturating_sub(rest.saturating_add(Duration::from_nanos(1)))
+            }
+            // A count in the current window (remaining < L) ends with the window, when the
+            // key resets.
+            Algorithm::FixedWindow => self.reset_after(),
+            Algorithm::SlidingLog | Algorithm::SlidingWindow => Duration::ZERO,
+        })
     }
 }

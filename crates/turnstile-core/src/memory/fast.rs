@@ -1,13 +1,13 @@
 //! The decision of the commonest check — one token-bucket, GCRA or leaky-bucket policy on a
 //! key whose state is packed in its entry — on the packed words themselves: the words read
-//! as a debt, decided by the buckets' one decision ([`bucket::decide_debt`], which the
+//! as a debt, decided by the buckets' one decision ([`debt::decide_debt`], which the
 //! general evaluation calls too), and the debt after written back as words; no unpacking,
 //! no general evaluation. The `fast_path_decides_as_the_algorithms_do` property test holds
 //! the two paths together field for field.
 //!
 //! [`algorithm::eval`]: crate::algorithm::eval
 
-use crate::algorithm::bucket::{self, Debts};
+use crate::debt::{self, Debts};
 use crate::policy::{Algorithm, Policy};
 
 /// Packed state kinds (see [`Packed`](crate::algorithm::Packed)).
@@ -46,7 +46,7 @@ pub(super) struct Fast {
 
 /// Decides a request of `cost` units at `t_ms` on `state` under `p`, or `None` when `p` is
 /// not a bucket (token bucket, GCRA, leaky bucket): the packed words read as a debt, then
-/// the buckets' one decision, [`bucket::decide_debt`].
+/// the buckets' one decision, [`debt::decide_debt`].
 #[inline(always)]
 pub(super) fn decide(p: &Policy, state: Words, t_ms: u64, cost: u64) -> Option<Fast> {
     let (kind, leaky) = match p.algorithm() {
@@ -61,11 +61,11 @@ pub(super) fn decide(p: &Policy, state: Words, t_ms: u64, cost: u64) -> Option<F
     // The debt at the last update (a GCRA's TAT·L − a·L), refilled to now; a state of
     // another shape reads as fresh.
     let debt = if state.kind == kind {
-        bucket::refilled(state.b, now - state.a, p.limit(), cap * period)
+        debt::refilled(state.b, now - state.a, p.limit(), cap * period)
     } else {
         0
     };
-    let debts = bucket::decide_debt(period, cap, debt, cost, leaky);
+    let debts = debt::decide_debt(period, cap, debt, cost, leaky);
     let write = (debts.allowed && cost > 0).then_some(Words {
         kind,
         a: now,

@@ -4,7 +4,8 @@ use std::future::{ready, Future};
 use std::sync::Arc;
 
 use super::entry::expires_at;
-use super::{MemoryBackend, Now};
+use super::sweep::Now;
+use super::MemoryBackend;
 use crate::algorithm::{carry_over, refund};
 use crate::backend::{BackendError, CheckResult, Quotas};
 use crate::clock::Clock;
