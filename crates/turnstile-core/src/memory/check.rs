@@ -106,40 +106,45 @@ impl<C> MemoryBackend<C> {
         now: Now,
     ) -> A {
         self.sweep_elsewhere(now);
+        let at = Lookup::new(&self.inner.hasher, key);
+        let cell = self.cell(at.hash);
+        let mut shard = lock::lock(&cell.shard);
+        let shard = &mut *shard;
+        if shard.due(now) {
+            self.sweep(cell, shard, now, SWEEP_PER_CHECK);
+        }
+        let index = shard.table.find(at.hash, &at.probe);
+        if let ([policy], Unconfigured::Defaults) = (defaults, unconfigured) {
+            if let Some((shared, f)) = in_place(cell, shard, index, policy, cost, now) {
+                // Built once, from scalars, in the place it is returned from.
+                let d = PolicyDecision::bucket(shared, f.debts);
+                return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
+            }
+        }
+        // The request as one value from here on only: made on the in-place path, its fields
+        // would be written to memory on every check.
         let req = Request {
-            at: Lookup::new(&self.inner.hasher, key),
+            at,
             defaults,
             tiers,
             unconfigured,
             cost,
             now,
         };
-        let cell = self.cell(req.at.hash);
-        let mut shard = lock::lock(&cell.shard);
-        let shard = &mut *shard;
-        if shard.due(now) {
-            self.sweep(cell, shard, now, SWEEP_PER_CHECK);
-        }
-        let index = shard.table.find(req.at.hash, &req.at.probe);
-        if let Some((shared, f)) = in_place(cell, shard, index, &req) {
-            // Built once, from scalars, in the place it is returned from.
-            let d = PolicyDecision::bucket(shared, f.debts);
-            return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
-        }
-        let place = Place { cell, shard, index };
-        let result = self.check_one(place, &req);
-        A::answer(result)
+        self.check_one(Place { cell, shard, index }, &req)
     }
 
     /// Every check but a packed bucket decided in place: a new key or one packed state (a
     /// fixed window too) of the single default policy, still without the general
-    /// evaluation; else the general path. Out of line.
+    /// evaluation; else the general path. Out of line, its answer built where the caller
+    /// keeps it (returned as `A`, not merged with the in-place path's on the way out).
     #[inline(never)]
-    fn check_one(&self, mut place: Place<'_>, req: &Request<'_>) -> CheckResult {
-        match self.one_policy(&mut place, req) {
+    fn check_one<A: Answer>(&self, mut place: Place<'_>, req: &Request<'_>) -> A {
+        let result = match self.one_policy(&mut place, req) {
             Some(result) => result,
             None => self.check_general(place, req),
-        }
+        };
+        A::answer(result)
     }
 
     /// One default policy, on a key that is new or holds one packed state of that very
@@ -291,8 +296,8 @@ impl<C> MemoryBackend<C> {
     }
 }
 
-/// The commonest check: one default policy (unconfigured keys get the defaults) on a key
-/// holding one packed bucket state of that very policy (same name and parameters), decided
+/// The commonest check: the single default policy `policy` (unconfigured keys get the
+/// defaults) on a key holding one packed bucket state of that very policy (same name and parameters), decided
 /// and written in place, one look at the entry; `None` for any other check. An admission
 /// never brings a bucket's expiry forward (it is the last update plus the debt's time then,
 /// and the debt grows by the cost), so the shard's bounds still hold: the sweep's round has
@@ -303,9 +308,10 @@ fn in_place(
     cell: &ShardCell,
     shard: &mut Shard,
     index: Option<usize>,
-    req: &Request<'_>,
+    policy: &Policy,
+    cost: u64,
+    now: Now,
 ) -> Option<(SharedPolicy, Fast)> {
-    let policy = req.one_default()?;
     let Some(Entry {
         head: Head::One { tag, c, a, b },
         ..
@@ -320,19 +326,19 @@ fn in_place(
         c: *c,
     };
     let shared = shard.policies.get_if(tag.policy(), policy)?;
-    let f = fast::decide(policy, words, req.now.ms, req.cost)?;
+    let f = fast::decide(policy, words, now.ms, cost)?;
     let shared = shared.clone();
     if let Some(w) = f.write {
         (*c, *a, *b) = (w.c, w.a, w.b);
         // The tag changes only with the state's kind or time base (a fresh key's first
         // write, a key moving between time bases).
-        let moved = tag.explicit() != req.now.explicit;
+        let moved = tag.explicit() != now.explicit;
         if w.kind != words.kind || moved {
-            *tag = tag.with_state(w.kind, req.now.explicit);
+            *tag = tag.with_state(w.kind, now.explicit);
         }
         if moved {
             let expires_ms = fast::expires_at(f.now, f.debts.after, policy.limit());
-            shard.note(cell, expires_ms, req.now.explicit);
+            shard.note(cell, expires_ms, now.explicit);
         }
     }
     Some((shared, f))
