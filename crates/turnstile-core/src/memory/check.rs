@@ -9,7 +9,7 @@
 
 use super::backend::{Answer, MemoryBackend};
 use super::entry::{Head, PolicyId, Tag};
-use super::fast::{self, Fast, Words, FRESH_WORDS};
+use super::fast::{self, Fast, FRESH_WORDS};
 use super::lock;
 use super::shard::{Lookup, Shard, ShardCell};
 use super::sweep::Now;
@@ -157,7 +157,7 @@ impl<C> MemoryBackend<C> {
             Some(i) => match place.shard.table.get(i).map(|e| &e.head) {
                 Some(&Head::One { tag, c, a, b }) => {
                     let kind = tag.kind();
-                    (Some(tag.policy()), Words { kind, a, b, c })
+                    (Some(tag.policy()), Packed { kind, a, b, c })
                 }
                 _ => return None,
             },
@@ -193,16 +193,10 @@ impl<C> MemoryBackend<C> {
         policy: &Policy,
         id: PolicyId,
         shared: SharedPolicy,
-        words: Words,
+        words: Packed,
     ) -> CheckResult {
         let limit = policy.limit();
-        let packed = Packed {
-            kind: words.kind,
-            a: words.a,
-            b: words.b,
-            c: words.c,
-        };
-        let mut state = State::unpack(packed, limit);
+        let mut state = State::unpack(words, limit);
         let e = eval(policy, &state, req.now.ms, req.cost);
         if e.allowed && e.changes_state() {
             e.apply(&mut state);
@@ -319,7 +313,7 @@ fn in_place(
     else {
         return None;
     };
-    let words = Words {
+    let words = Packed {
         kind: tag.kind(),
         a: *a,
         b: *b,

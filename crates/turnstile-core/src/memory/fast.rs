@@ -7,6 +7,7 @@
 //!
 //! [`algorithm::eval`]: crate::algorithm::eval
 
+use crate::algorithm::Packed;
 use crate::debt::{self, Debts};
 use crate::policy::{Algorithm, Policy};
 
@@ -15,17 +16,8 @@ const FRESH: u8 = 0;
 const BUCKET: u8 = 1;
 const GCRA: u8 = 2;
 
-/// A packed bucket state: its kind, last update (`a`) and debt then (`b`); `c` unused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Words {
-    pub(super) kind: u8,
-    pub(super) a: u64,
-    pub(super) b: u64,
-    pub(super) c: u32,
-}
-
-/// A fresh key's state.
-pub(super) const FRESH_WORDS: Words = Words {
+/// A fresh key's packed state.
+pub(super) const FRESH_WORDS: Packed = Packed {
     kind: FRESH,
     a: 0,
     b: 0,
@@ -39,7 +31,7 @@ pub(super) struct Fast {
     /// The decision; its debt after is what `remaining` and `reset_after` follow from.
     pub(super) debts: Debts,
     /// The state to store when the request changes it (admitted with a positive cost).
-    pub(super) write: Option<Words>,
+    pub(super) write: Option<Packed>,
     /// The time decided at: the request's, or the state's last update if that is later.
     pub(super) now: u64,
 }
@@ -48,7 +40,7 @@ pub(super) struct Fast {
 /// not a bucket (token bucket, GCRA, leaky bucket): the packed words read as a debt, then
 /// the buckets' one decision, [`debt::decide_debt`].
 #[inline(always)]
-pub(super) fn decide(p: &Policy, state: Words, t_ms: u64, cost: u64) -> Option<Fast> {
+pub(super) fn decide(p: &Policy, state: Packed, t_ms: u64, cost: u64) -> Option<Fast> {
     let (kind, leaky) = match p.algorithm() {
         Algorithm::TokenBucket => (BUCKET, false),
         Algorithm::LeakyBucket => (BUCKET, true),
@@ -66,7 +58,7 @@ pub(super) fn decide(p: &Policy, state: Words, t_ms: u64, cost: u64) -> Option<F
         0
     };
     let debts = debt::decide_debt(period, cap, debt, cost, leaky);
-    let write = (debts.allowed && cost > 0).then_some(Words {
+    let write = (debts.allowed && cost > 0).then_some(Packed {
         kind,
         a: now,
         b: debts.after,
@@ -92,29 +84,17 @@ pub(super) fn expires_no_earlier_than(now: u64, debt: u64, limit: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::{eval, Packed, State};
+    use crate::algorithm::{eval, State};
     use crate::decision::PolicyDecision;
     use crate::shared::SharedPolicy;
     use proptest::prelude::*;
 
-    fn words(s: &State, l: u64) -> Words {
-        let p = s.pack(l).expect("bucket states pack");
-        Words {
-            kind: p.kind,
-            a: p.a,
-            b: p.b,
-            c: p.c,
-        }
+    fn words(s: &State, l: u64) -> Packed {
+        s.pack(l).expect("bucket states pack")
     }
 
-    fn state(w: Words, l: u64) -> State {
-        let packed = Packed {
-            kind: w.kind,
-            a: w.a,
-            b: w.b,
-            c: w.c,
-        };
-        State::unpack(packed, l)
+    fn state(w: Packed, l: u64) -> State {
+        State::unpack(w, l)
     }
 
     /// The fast decision and the general one, request by request, from a fresh key.

@@ -30,10 +30,7 @@ impl Found {
     fn of(entry: Option<&Full>, ps: &[Policy], policies: &Policies, now_ms: u64) -> Found {
         let slot_of: Few<Option<usize>> = ps
             .iter()
-            .map(|p| {
-                let named = |s: &Slot| policies.get(s.policy).is_some_and(|q| q.name() == p.name());
-                entry.and_then(|e| e.slots.iter().position(named))
-            })
+            .map(|p| entry.and_then(|e| e.slot_named(policies, p.name())))
             .collect();
         let mut found = Found {
             slot_of,
@@ -203,11 +200,7 @@ fn slot_for<'e>(
     };
     let slot = &mut entry.slots[j];
     if let Some(c) = carried {
-        let id = policies.intern(p);
-        policies.acquire(id);
-        policies.release(slot.policy);
-        slot.policy = id;
-        slot.state = c;
+        slot.carried(policies, p, c);
     }
     slot
 }

@@ -34,18 +34,13 @@ impl<C: Clock> MemoryBackend<C> {
                 let entry = head.full_mut(interned);
                 entry.explicit = now.explicit;
                 for p in &policies {
-                    let found = entry
-                        .slots
-                        .iter()
-                        .position(|s| interned.get(s.policy).is_some_and(|q| q.name() == p.name()));
-                    let Some(j) = found else { continue };
+                    let Some(j) = entry.slot_named(interned, p.name()) else {
+                        continue;
+                    };
                     let slot = &mut entry.slots[j];
                     if let Some(q) = interned.get(slot.policy).filter(|q| !q.same_parameters(p)) {
-                        slot.state = carry_over(q, p, &slot.state, now_ms);
-                        let id = interned.intern(p);
-                        interned.acquire(id);
-                        interned.release(slot.policy);
-                        slot.policy = id;
+                        let carried = carry_over(q, p, &slot.state, now_ms);
+                        slot.carried(interned, p, carried);
                     }
                     refund(p, &mut slot.state, now_ms, cost);
                     slot.expires_ms = expires_at(p, &slot.state);
