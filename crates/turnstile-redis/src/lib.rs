@@ -86,10 +86,10 @@ mod tls;
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
 pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT};
 pub use error::InvalidRedisConfig;
-/// The `redis` crate this backend is built on (its `Value`, errors and URLs appear in this API).
-pub use redis;
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use library::{library, FunctionLibrary, ScriptMode};
+/// The `redis` crate this backend is built on (its `Value`, errors and URLs appear in this API).
+pub use redis;
 pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};
