@@ -9,7 +9,14 @@ use std::process::Command;
 fn listed(krate: &str) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let out = Command::new(env!("CARGO"))
-        .args(["package", "--list", "--allow-dirty", "--locked", "-p", krate])
+        .args([
+            "package",
+            "--list",
+            "--allow-dirty",
+            "--locked",
+            "-p",
+            krate,
+        ])
         .current_dir(root)
         .output()
         .expect("cargo runs");
@@ -27,9 +34,20 @@ fn listed(krate: &str) -> Vec<String> {
 
 #[test]
 fn every_package_carries_its_licenses_and_readme() {
-    for krate in ["turnstile", "turnstile-core", "turnstile-redis", "turnstile-cli"] {
+    for krate in [
+        "turnstile",
+        "turnstile-core",
+        "turnstile-redis",
+        "turnstile-cli",
+    ] {
         let files = listed(krate);
-        for want in ["LICENSE-MIT", "LICENSE-APACHE", "README.md", "Cargo.toml", "src/lib.rs"] {
+        for want in [
+            "LICENSE-MIT",
+            "LICENSE-APACHE",
+            "README.md",
+            "Cargo.toml",
+            "src/lib.rs",
+        ] {
             let want = if krate == "turnstile-cli" && want == "src/lib.rs" {
                 "src/main.rs"
             } else {

@@ -17,7 +17,9 @@ use serde_json::Value;
 
 /// A Rust version as `major.minor.patch` (missing parts are 0).
 fn version(s: &str) -> (u64, u64, u64) {
-    let mut parts = s.split('.').map(|p| p.parse::<u64>().expect("a Rust version"));
+    let mut parts = s
+        .split('.')
+        .map(|p| p.parse::<u64>().expect("a Rust version"));
     (
         parts.next().unwrap_or(0),
         parts.next().unwrap_or(0),
@@ -120,7 +122,12 @@ fn no_dependency_needs_a_newer_rust_than_its_crate_declares() {
         })
         .collect();
     let names: BTreeSet<&str> = publishable.iter().map(|c| c.name.as_str()).collect();
-    for want in ["turnstile", "turnstile-core", "turnstile-redis", "turnstile-cli"] {
+    for want in [
+        "turnstile",
+        "turnstile-core",
+        "turnstile-redis",
+        "turnstile-cli",
+    ] {
         assert!(names.contains(want), "{want} is not a publishable member");
     }
 

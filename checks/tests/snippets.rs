@@ -199,7 +199,10 @@ fn every_code_block_says_its_language() {
 fn each_snippet_crate_depends_on_exactly_the_block_its_pages_show() {
     let workspace: Table =
         toml::from_str(&fs::read_to_string(root().join("Cargo.toml")).unwrap()).unwrap();
-    let version = workspace["workspace"]["package"]["version"].as_str().unwrap().to_owned();
+    let version = workspace["workspace"]["package"]["version"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     for (dir, manifest, pages) in snippet_crates() {
         let name = dir.display();
         for section in ["dev-dependencies", "build-dependencies", "target"] {
@@ -230,7 +233,10 @@ fn each_snippet_crate_depends_on_exactly_the_block_its_pages_show() {
         assert!(!pages.is_empty(), "{name} includes no page");
         for page in pages {
             let block = dependency_block(&page).unwrap_or_else(|| {
-                panic!("{} has Rust snippets but no [dependencies] block", page.display())
+                panic!(
+                    "{} has Rust snippets but no [dependencies] block",
+                    page.display()
+                )
             });
             let shown: BTreeMap<String, Table> = block
                 .iter()

@@ -622,7 +622,10 @@ fn the_algorithms_page_plot_is_what_its_command_draws() {
     let page = fs::read_to_string(root.join("docs/algorithms.md")).expect("docs/algorithms.md");
     let flat = page.replace("\\\n", " ");
     let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(flat.contains(&command), "docs/algorithms.md lacks {command}");
+    assert!(
+        flat.contains(&command),
+        "docs/algorithms.md lacks {command}"
+    );
 
     let path = tmp("algorithms.svg");
     let input = root.join("examples/traces/bursty.jsonl");
