@@ -6,9 +6,3 @@ pub mod proxy;
 pub mod redis_server;
 pub mod state_string;
 pub mod tls;
-
-/// The README's Rust snippets, compiled (and run, unless marked `no_run`) as this crate's
-/// doctests, so every snippet stays complete and correct: `cargo test -p turnstile-tests --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;

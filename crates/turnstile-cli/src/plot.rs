@@ -471,7 +471,7 @@ pub(crate) fn human_duration(ms: u64) -> String {
         (60_000, "min"),
         (1_000, "s"),
     ] {
-        if ms != 0 && ms % per == 0 {
+        if ms != 0 && ms.is_multiple_of(per) {
             return format!("{} {name}", ms / per);
         }
     }

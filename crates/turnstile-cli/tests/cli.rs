@@ -498,9 +498,9 @@ fn several_policies_are_all_or_nothing() {
     assert_eq!(allowed, [true, false, true, false]);
 }
 
-/// The README's access-log replay runs as written on the sample log in the repository.
+/// The access-log replay of `docs/cli.md` runs as written on the sample log in the repository.
 #[test]
-fn the_sample_access_log_replays_as_the_readme_shows() {
+fn the_sample_access_log_replays_as_the_cli_page_shows() {
     let log = workspace_root().join("examples/traces/access.log");
     let o = run(
         &[

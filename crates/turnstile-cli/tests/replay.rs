@@ -1,6 +1,6 @@
 //! End-to-end tests of replaying real traffic: `--format nginx` access logs (re-sorting,
 //! malformed lines, offsets from UTC), `--compare` (output, order, summary columns, Redis),
-//! `--plot` (a valid SVG with the expected series) and the README's plot command.
+//! `--plot` (a valid SVG with the expected series) and the plot command of `docs/algorithms.md`.
 
 mod common;
 
@@ -602,10 +602,10 @@ fn an_empty_trace_still_plots_axes() {
     assert!(svg_texts(&path).iter().any(|t| t == "admitted"));
 }
 
-/// The README's "Choosing an algorithm" plot: its command is in the README, and running it
-/// gives the committed SVG byte for byte.
+/// The plot of `docs/algorithms.md`: its command is on the page, and running it gives the
+/// committed SVG byte for byte.
 #[test]
-fn the_readme_plot_is_what_its_command_draws() {
+fn the_algorithms_page_plot_is_what_its_command_draws() {
     let root = workspace_root();
     let compare = [
         "token-bucket:limit=20,period=10s",
@@ -619,10 +619,13 @@ fn the_readme_plot_is_what_its_command_draws() {
         "cargo run -p turnstile-cli -- simulate --input examples/traces/bursty.jsonl --summary --plot docs/algorithms.svg --bucket 1s --compare {}",
         compare.join(" ")
     );
-    let readme = fs::read_to_string(root.join("README.md")).expect("the README");
-    let flat = readme.replace("\\\n", " ");
+    let page = fs::read_to_string(root.join("docs/algorithms.md")).expect("docs/algorithms.md");
+    let flat = page.replace("\\\n", " ");
     let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(flat.contains(&command), "the README lacks {command}");
+    assert!(
+        flat.contains(&command),
+        "docs/algorithms.md lacks {command}"
+    );
 
     let path = tmp("algorithms.svg");
     let input = root.join("examples/traces/bursty.jsonl");
@@ -640,17 +643,17 @@ fn the_readme_plot_is_what_its_command_draws() {
     args.extend(compare);
     let out = run(&args, b"");
     assert!(out.status.success(), "{}", stderr(&out));
-    // The table the README shows.
+    // The table the page shows.
     for row in stdout(&out).lines().skip(1) {
         assert!(
-            readme.contains(row),
-            "the README lacks the summary row {row:?}"
+            page.contains(row),
+            "docs/algorithms.md lacks the summary row {row:?}"
         );
     }
     let want = fs::read(root.join("docs/algorithms.svg")).expect("docs/algorithms.svg");
     let got = fs::read(&path).expect("the plot");
     assert!(
         got == want,
-        "docs/algorithms.svg is not what the README's command draws"
+        "docs/algorithms.svg is not what the page's command draws"
     );
 }

@@ -227,7 +227,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// anything [`DenialBody`] covers: `String`, `Vec<u8>`, `Bytes`, a static string, and
     /// with the `axum` feature axum's own body, so `f` may end in
     /// `IntoResponse::into_response()` (or use
-    /// [`denial_into_response`](Self::denial_into_response)). The layer adds
+    /// `denial_into_response`, feature `axum`). The layer adds
     /// `RateLimit-Policy` and `RateLimit` (and the legacy fields if enabled) to whatever `f`
     /// returns; `Retry-After` is `f`'s to set (the default response sets it).
     ///

@@ -461,7 +461,7 @@ async fn every_error_turnstile_writes_is_a_problem_document() {
     );
 }
 
-/// The README's pitfalls, as axum behaves: `Router::layer` limits `404`s too,
+/// The pitfalls of `docs/pitfalls.md`, as axum behaves: `Router::layer` limits `404`s too,
 /// `route_layer` only matched routes.
 #[tokio::test]
 async fn layer_counts_404s_and_route_layer_does_not() {
