@@ -13,10 +13,10 @@ use crate::error::InvalidLayer;
 use crate::headers::policy_value;
 use crate::key::{KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::layer::RateLimitLayer;
+use crate::limiter::{Limiter, Settings};
 use crate::naming;
 use crate::response::{denial_fn, Denial, DenialBody, DenialFn};
 use crate::rule::{CompiledRule, CostFn, Rule};
-use crate::state::{Config, Settings};
 use crate::tier::{RequestTier, RuleTiers, TierFn};
 
 impl RateLimitLayer<MemoryBackend, PeerIp> {
@@ -448,7 +448,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         };
         Ok(RateLimitLayer {
             live: None,
-            config: Arc::new(Config {
+            limiter: Arc::new(Limiter {
                 backend: settings.fallback(backend),
                 key,
                 settings: Arc::new(settings),
@@ -529,7 +529,7 @@ mod tests {
             .build()
             .unwrap();
         let names: Vec<&str> = l
-            .config
+            .limiter
             .settings
             .rules
             .iter()

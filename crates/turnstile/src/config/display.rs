@@ -210,7 +210,7 @@ exempt = true
         ] {
             let layer = config.builder().build().unwrap();
             let used: Vec<String> = layer
-                .config
+                .limiter
                 .settings
                 .rules
                 .iter()
