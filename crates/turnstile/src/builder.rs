@@ -185,7 +185,16 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     }
 
     /// What to do when the backend cannot decide (default [`FailurePolicy::Local`]: decide
-    /// in memory on this process; see [`FailurePolicy`] for the whole table).
+    /// in memory on this process; see [`FailurePolicy`] for which error gets which outcome).
+    /// The layer answers each outcome ([`OnError`](turnstile_core::OnError)) so:
+    ///
+    /// | outcome | HTTP | gRPC |
+    /// | --- | --- | --- |
+    /// | admitted (`Open`, and what `Local` cannot decide) | the inner service's response, without rate-limit headers | the same |
+    /// | denied as unavailable (`Closed`) | `503 Service Unavailable` with an RFC 9457 problem body; the inner service is not called | `UNAVAILABLE` (trailers only) |
+    /// | decided by the local fallback (`Local`) | as any decision: admitted with headers, or `429` | as any decision |
+    ///
+    /// `turnstile check-config` says the same in words.
     pub fn on_backend_failure(mut self, failure: FailurePolicy) -> Self {
         self.parts.failure = failure;
         self

@@ -162,7 +162,8 @@ impl<B, K> RateLimitLayer<B, K> {
     }
 
     /// The same layer with `failure` applied when the backend cannot decide (see
-    /// [`FailurePolicy`] for the table). Counters stay shared.
+    /// [`RateLimitLayerBuilder::on_backend_failure`](crate::RateLimitLayerBuilder::on_backend_failure)
+    /// for what each outcome gets). Counters stay shared.
     pub fn on_backend_failure(self, failure: FailurePolicy) -> Self
     where
         B: Clone,

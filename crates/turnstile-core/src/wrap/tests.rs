@@ -289,8 +289,8 @@ fn policies(specs: &[&str]) -> Limits {
     Limits::new(specs.iter().map(|s| s.parse::<Policy>().unwrap())).unwrap()
 }
 
-/// The fields a `RateLimit` header shows of one decision: per policy, its name, `r` and `t`
-/// (seconds, rounded up, of `retry_after` when it denies, else of `reset_after`).
+/// The fields a client is shown of one decision: per policy, its name, its `remaining` and a
+/// wait (seconds, rounded up, of `retry_after` when it denies, else of `reset_after`).
 fn shown(d: &crate::Decision) -> Vec<(String, u64, Option<u64>)> {
     d.policies()
         .iter()

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use turnstile_core::policy::format_duration_ms;
-use turnstile_core::Unconfigured;
+use turnstile_core::{FailurePolicy, Unconfigured};
 
 use super::key::Part;
 use super::LayerConfig;
@@ -122,7 +122,7 @@ impl fmt::Display for LayerConfig {
             f,
             "on backend failure: {} ({})",
             b.failure(),
-            b.failure().describe()
+            failure_outcome(b.failure())
         )?;
         let cost = |c: Option<u64>| c.or(self.cost).unwrap_or(1);
         writeln!(f, "rules (the first that matches applies):")?;
@@ -161,6 +161,15 @@ impl fmt::Display for LayerConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// What `failure` does with a request the backend cannot decide, as the layer answers it
+/// (see [`RateLimitLayerBuilder::on_backend_failure`](crate::RateLimitLayerBuilder::on_backend_failure)).
+fn failure_outcome(failure: FailurePolicy) -> &'static str {
+    match failure {
+        FailurePolicy::Closed => "answer 503 (gRPC UNAVAILABLE)",
+        other => other.describe(),
     }
 }
 
