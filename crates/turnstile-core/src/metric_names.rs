@@ -10,7 +10,7 @@
 pub const DECISIONS_TOTAL: &str = "turnstile_decisions_total";
 
 /// `turnstile_backend_check_duration_seconds` (histogram, seconds): the latency of each
-/// backend check, measured by the `turnstile` crate as its caller. No labels.
+/// backend check, as the `turnstile` crate (the caller) measures it. No labels.
 pub const BACKEND_CHECK_DURATION_SECONDS: &str = "turnstile_backend_check_duration_seconds";
 
 /// `turnstile_backend_errors_total{kind}` (counter, errors): backend errors that reached the
