@@ -26,7 +26,6 @@
 #[path = "common.rs"]
 mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -180,7 +179,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n'{try_it} {url}; done"
     );
-    serve(listener, app).await
+    common::serve(listener, app).await
 }
 
 /// Serves the rules of the configuration file at `path` on Redis.
@@ -222,7 +221,7 @@ async fn serve_config(
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );
-    serve(listener, app).await
+    common::serve(listener, app).await
 }
 
 /// `builder` with a CA file and a client certificate, where given.
@@ -238,19 +237,4 @@ fn with_tls(
         builder = builder.tls_client_cert(cert, key);
     }
     builder
-}
-
-async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-) -> Result<(), Box<dyn std::error::Error>> {
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
 }
