@@ -1,42 +1,19 @@
 //! Metrics recorded by a test recorder after real requests through the layer.
 #![cfg(feature = "metrics")]
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::{p, tokio_backend};
 use tower::{Layer, Service, ServiceExt};
 use turnstile::key::HeaderKey;
 use turnstile::metrics::*;
-use turnstile::{
-    Action, MemoryBackend, MissingKey, Policy, Quotas, RateLimitLayer, Rule, Unconfigured,
-};
-
-/// A clock that follows tokio's (paused) clock, starting at a whole hour.
-#[derive(Clone)]
-struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl turnstile::Clock for TokioClock {
-    fn now_ms(&self) -> u64 {
-        1_699_999_200_000 + self.start.elapsed().as_millis() as u64
-    }
-}
-
-fn tokio_backend() -> MemoryBackend<TokioClock> {
-    MemoryBackend::builder()
-        .clock(TokioClock {
-            start: tokio::time::Instant::now(),
-        })
-        .build()
-}
-
-fn p(s: &str) -> Policy {
-    s.parse().unwrap()
-}
+use turnstile::{Action, MemoryBackend, MissingKey, Quotas, RateLimitLayer, Rule, Unconfigured};
 
 fn request(path: &str, peer: &str) -> Request<()> {
     let mut r = Request::builder().uri(path).body(()).unwrap();
