@@ -158,9 +158,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .key(args.key.clone())
         .on_backend_failure(args.failure)
         .build()?;
-    let app = Router::new()
-        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
-        .layer(layer);
+    let app = app(layer);
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
@@ -208,9 +206,7 @@ async fn serve_config(
         .backend(DenyCache::new(redis.build()?))
         .on_backend_failure(failure)
         .build()?;
-    let app = Router::new()
-        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
-        .layer(layer);
+    let app = app(layer);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
     println!(
@@ -222,6 +218,13 @@ async fn serve_config(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );
     common::serve(listener, app).await
+}
+
+/// The app: `GET /` behind `layer`.
+fn app<K: KeyExtractor>(layer: RateLimitLayer<DenyCache<RedisBackend>, K>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
+        .layer(layer)
 }
 
 /// `builder` with a CA file and a client certificate, where given.

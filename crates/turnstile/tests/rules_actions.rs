@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use support::{p, tokio_backend};
+use support::{p, request, tokio_backend};
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt};
@@ -22,14 +22,8 @@ use turnstile::{
 };
 
 fn req(method: Method, path: &str, ip: &str) -> Request<()> {
-    let mut r = Request::builder()
-        .method(method)
-        .uri(path)
-        .body(())
-        .unwrap();
-    r.extensions_mut()
-        .insert(SocketAddr::new(ip.parse().unwrap(), 40000));
-    r
+    let peer = SocketAddr::new(ip.parse().unwrap(), 40000);
+    request(method.as_str(), path, &peer.to_string())
 }
 
 fn get(path: &str) -> Request<()> {

@@ -1,13 +1,15 @@
 //! The span of each check: key hashed by default (plain or hidden on request), policies,
 //! outcome and backend latency; the shadow log keys follow the same setting.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use http::{Request, Response};
+use support::request;
 use tower::{Layer, Service, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -76,13 +78,6 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
                 .push((span.name().to_owned(), fields));
         }
     }
-}
-
-fn request(peer: &str) -> Request<()> {
-    let mut r = Request::new(());
-    r.extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
-    r
 }
 
 /// A capturing subscriber, this thread's default until the guard drops.
@@ -401,7 +396,12 @@ where
     S: tower::Service<Request<()>>,
     S::Error: fmt::Debug,
 {
-    let _ = svc.ready().await.unwrap().call(request(peer)).await;
+    let _ = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("GET", "/", peer))
+        .await;
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -6,11 +6,10 @@
 mod support;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use support::{settle, TokioClock};
+use support::{request, settle, TokioClock};
 use tokio::time::Instant;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -23,10 +22,7 @@ fn backend() -> MemoryBackend<TokioClock> {
 }
 
 fn get(path: &str) -> Request<()> {
-    let mut r = Request::builder().uri(path).body(()).unwrap();
-    r.extensions_mut()
-        .insert(SocketAddr::new("192.0.2.1".parse().unwrap(), 40000));
-    r
+    request("GET", path, "192.0.2.1:40000")
 }
 
 /// The inner handler: answers 200 at once.

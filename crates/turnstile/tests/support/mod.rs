@@ -5,10 +5,24 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 
 use http::{Request, Response};
 use tokio::time::Instant;
 use turnstile::{Clock, MemoryBackend, Policy};
+
+/// A request for `path` with `method` from the peer address `peer` (`"192.0.2.1:40000"`),
+/// as a server with connect info sees it.
+pub(crate) fn request(method: &str, path: &str, peer: &str) -> Request<()> {
+    let mut r = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(())
+        .unwrap();
+    r.extensions_mut()
+        .insert(peer.parse::<SocketAddr>().unwrap());
+    r
+}
 
 /// The policy `spec` (`"gcra:limit=10,period=1s"`), which must be valid.
 pub(crate) fn p(spec: &str) -> Policy {
