@@ -3,7 +3,7 @@
 //! checked again), and [`Check::settle`] turns the backend's answer into what happens next
 //! ([`Next`]), recording its metrics, span and backend incidents on the way. Both the request
 //! decided inside [`Service::call`](tower_service::Service::call) (in memory) and the one
-//! that waits ([`crate::waiting`]) settle their checks here.
+//! that waits (the `waiting` module) settle their checks here.
 //!
 //! [`Action::Delay`]: crate::Action::Delay
 

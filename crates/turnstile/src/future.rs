@@ -22,7 +22,7 @@ use tower_service::Service;
 use turnstile_core::wrap::Fallback;
 use turnstile_core::Backend;
 
-use crate::body::ResponseBody;
+use crate::body::{inner_response, own_response, ResponseBody};
 use crate::check::{Check, Next, Plan};
 use crate::headers::Prepared;
 use crate::key::KeyExtractor;
@@ -101,31 +101,6 @@ where
 fn take_ready<S: Clone>(inner: &mut S) -> S {
     let clone = inner.clone();
     std::mem::replace(inner, clone)
-}
-
-/// The inner service's response `res`, with the rate-limit fields `headers` added.
-#[inline]
-pub(crate) fn inner_response<B>(
-    res: Response<B>,
-    headers: Option<Prepared>,
-) -> Response<ResponseBody<B>> {
-    let mut res = res.map(ResponseBody::inner);
-    if let Some(h) = headers {
-        h.insert(res.headers_mut());
-    }
-    res
-}
-
-/// Turnstile's own answer, taken from its state (`None`: polled after it was given, a
-/// contract violation by the caller; stay pending rather than panic).
-#[inline]
-pub(crate) fn own_response<B, E>(
-    res: Option<Response<Bytes>>,
-) -> Poll<Result<Response<ResponseBody<B>>, E>> {
-    match res {
-        Some(res) => Poll::Ready(Ok(res.map(ResponseBody::full))),
-        None => Poll::Pending,
-    }
 }
 
 impl<B, K, S, ReqBody> ResponseFuture<B, K, S, Request<ReqBody>>

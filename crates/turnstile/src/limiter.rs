@@ -1,6 +1,6 @@
 //! [`Limiter`]: what every service of one layer and their response futures share at run
-//! time — the backend, the key extractor, the settings and the counters. (The layer's
-//! configuration *file* is [`crate::config`]'s; this is what a layer is made of once built.)
+//! time — the backend, the key extractor, the settings and the counters. (A configuration
+//! file is the `config` module's; this is what a layer is made of once built.)
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

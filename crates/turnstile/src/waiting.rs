@@ -18,9 +18,8 @@ use tower_service::Service;
 use turnstile_core::wrap::FallbackFuture;
 use turnstile_core::{Backend, SystemClock};
 
-use crate::body::ResponseBody;
+use crate::body::{inner_response, own_response, ResponseBody};
 use crate::check::{Check, Next};
-use crate::future::{inner_response, own_response};
 use crate::headers::Prepared;
 use crate::limiter::Limiter;
 
