@@ -19,7 +19,7 @@ use turnstile_core::{Backend, CheckResult, Decision, Limits};
 use crate::action::Action;
 use crate::decide::{self, Step};
 use crate::headers::Prepared;
-use crate::key::{Key, KeyExtractor, MissingKey, RequestRef};
+use crate::key::{Key, KeyError, KeyExtractor, MissingKey, RequestRef};
 use crate::limiter::{Limiter, Settings};
 use crate::metrics::Outcome;
 use crate::response::{key_error, unavailable, Denial, Protocol};
@@ -57,14 +57,14 @@ pub(crate) enum Plan<'a> {
     Check(Check, &'a Limits),
 }
 
-/// The key of `req`, or what the request gets without one ([`MissingKey`]). A
-/// misconfiguration (no connect info) is logged once, whatever the outcome.
+/// The key of `req`; without one, what [`MissingKey`] says: a shared key, or `Err(None)` to
+/// pass the request unchecked, or `Err(Some(e))` to refuse it for `e`. A misconfiguration
+/// (no connect info) is logged once, whatever the outcome.
 #[inline]
 fn key_of<B, K: KeyExtractor, ReqBody>(
     limiter: &Limiter<B, K>,
     req: &Request<ReqBody>,
-    protocol: Protocol,
-) -> Result<Key, Plan<'static>> {
+) -> Result<Key, Option<KeyError>> {
     let e = match limiter.key.extract_key(req) {
         Ok(key) => return Ok(key),
         Err(e) => e,
@@ -72,9 +72,9 @@ fn key_of<B, K: KeyExtractor, ReqBody>(
     crate::metrics::missing_key(e.kind());
     limiter.key_failed(&e);
     match &limiter.settings.missing_key {
-        MissingKey::Allow => Err(Plan::Pass),
+        MissingKey::Allow => Err(None),
         MissingKey::Key(k) => Ok(Key::from(Arc::clone(k))),
-        MissingKey::Reject => Err(Plan::Respond(key_error(&e, protocol))),
+        MissingKey::Reject => Err(Some(e)),
     }
 }
 
@@ -110,9 +110,10 @@ impl Check {
             return Plan::Pass;
         };
         let rule = &settings.rules[rule_index];
-        let key = match key_of(limiter, req, protocol) {
+        let key = match key_of(limiter, req) {
             Ok(key) => key,
-            Err(plan) => return plan,
+            Err(None) => return Plan::Pass,
+            Err(Some(e)) => return Plan::Respond(key_error(&e, protocol)),
         };
         let exempt_key = !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(&*key);
         let tier = if exempt_key {
