@@ -135,6 +135,7 @@ pub use turnstile_core;
 mod action;
 mod body;
 mod builder;
+mod check;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
@@ -145,15 +146,15 @@ mod grpc;
 pub mod headers;
 pub mod key;
 mod layer;
+mod limiter;
 pub mod metrics;
 mod naming;
 mod response;
 mod rule;
 mod service;
-mod slow;
-mod state;
 mod tier;
 mod trace;
+mod waiting;
 
 /// The Redis backend (feature `redis`): the `turnstile-redis` crate.
 #[cfg(feature = "redis")]
