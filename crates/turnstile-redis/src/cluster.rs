@@ -4,6 +4,14 @@
 //!
 //! No pool: a pool's recycling `PING` goes to every master, so with one master down every
 //! call to any key would fail its recycling and build a new Cluster connection.
+//!
+//! The Cluster client learns a new layout only from what its nodes answer (`MOVED`, a closed
+//! connection). A master that stops answering without closing its connections (frozen, or
+//! its host gone without a reset) tells it nothing, so its keys would keep going to it after
+//! its replica took over. The backend replaces the Cluster connection then (see
+//! `RedisBackend::run`): a new one is made in the background — seeds, layout, checks, the
+//! library on each master — while the current one keeps serving every other master, and it
+//! takes over once ready. Calls in flight finish on the connection they began on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,8 +24,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::call::Call;
-use crate::conn::refused;
-use crate::fault::{Failed, Fault};
+use crate::connector::{self, Connect, Held, Slot};
+use crate::fault::{Failed, Fault, NoConnection};
 use crate::library::{Path, Scripts};
 use crate::server::{Query, ServerChecks};
 
@@ -73,6 +81,18 @@ impl SlotMap {
             .map(|(_, _, n)| Arc::clone(n))
     }
 
+    /// Each master, with the first slot it serves.
+    fn masters(&self) -> Vec<(Arc<str>, u16)> {
+        let ranges = self.ranges.read().unwrap_or_else(|e| e.into_inner());
+        let mut masters: Vec<(Arc<str>, u16)> = Vec::new();
+        for (start, _, m) in ranges.iter() {
+            if !masters.iter().any(|(n, _)| n == m) {
+                masters.push((Arc::clone(m), *start));
+            }
+        }
+        masters
+    }
+
     fn is_stale(&self) -> bool {
         let at = self.refreshed.load(Ordering::Relaxed);
         at == u64::MAX || self.elapsed_ms().saturating_sub(at) > SLOT_MAP_MAX_AGE.as_millis() as u64
@@ -120,66 +140,118 @@ fn parse_slots(reply: &Value) -> Vec<(u16, u16, Arc<str>)> {
 }
 
 /// The shared connection to a Cluster.
-pub(crate) struct ClusterConn {
+pub(crate) struct ClusterConn(Arc<Cluster>);
+
+struct Cluster {
     client: ClusterClient,
     name: String,
-    current: Mutex<Option<ClusterConnection>>,
-    connecting: tokio::sync::Mutex<()>,
+    slot: Slot<ClusterConnection>,
     slots: Arc<SlotMap>,
     connects: AtomicU64,
     checks: ServerChecks,
     /// Per master (`host:port`, as the slot map names it): the path its calls take. A
     /// master not in the map (a new one, a promoted replica) loads the library first.
     paths: Mutex<HashMap<Arc<str>, Path>>,
+    scripts: Arc<Scripts>,
+    /// Bounds each step of making a connection ready: the checks, the layout, the library's
+    /// loads (the Cluster client bounds its own connections).
+    step_limit: Duration,
+}
+
+impl Connect for Cluster {
+    type Conn = ClusterConnection;
+
+    fn slot(&self) -> &Slot<ClusterConnection> {
+        &self.slot
+    }
+
+    fn open(
+        &self,
+    ) -> impl std::future::Future<Output = Result<ClusterConnection, NoConnection>> + Send {
+        Box::pin(self.open_cluster())
+    }
+
+    fn attempt_limit(&self) -> Duration {
+        // The seeds and then the layout's nodes (each up to a connection timeout), and the
+        // steps after.
+        self.step_limit.saturating_mul(5)
+    }
 }
 
 impl ClusterConn {
-    pub(crate) fn new(client: ClusterClient, name: String) -> Self {
-        ClusterConn {
+    pub(crate) fn new(
+        client: ClusterClient,
+        name: String,
+        scripts: Arc<Scripts>,
+        step_limit: Duration,
+    ) -> Self {
+        ClusterConn(Arc::new(Cluster {
             client,
             name,
-            current: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            slot: Slot::new(),
             slots: Arc::new(SlotMap::new()),
             connects: AtomicU64::new(0),
             checks: ServerChecks::default(),
             paths: Mutex::new(HashMap::new()),
-        }
+            scripts,
+            step_limit,
+        }))
     }
 
     /// Cluster connections made so far.
     pub(crate) fn connects(&self) -> u64 {
-        self.connects.load(Ordering::Relaxed)
+        self.0.connects.load(Ordering::Relaxed)
     }
 
-    fn current(&self) -> Option<ClusterConnection> {
-        self.current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    /// See [`Slot::generation`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.0.slot.generation()
+    }
+
+    /// Whether a new Cluster connection is being made.
+    pub(crate) fn replacing(&self) -> bool {
+        self.0.slot.connecting()
+    }
+
+    /// Makes a new Cluster connection in the background, unless one newer than a call that
+    /// began at `started` serves already; the current one serves until it is ready.
+    pub(crate) fn replace(&self, started: u64) {
+        connector::replace(&self.0, started, false);
+    }
+
+    /// Makes the first Cluster connection in the background.
+    pub(crate) fn warm(&self) {
+        connector::warm(&self.0);
+    }
+
+    /// Why there is no connection, when an attempt failed (see [`connector::unconnected`]).
+    pub(crate) fn unconnected(&self) -> Option<Failed> {
+        connector::unconnected(&*self.0)
     }
 
     /// The master of `slot` as health names it: `host:port`, or the seed list while the
     /// Cluster's layout is not known yet. Refreshes a stale map in the background.
     pub(crate) fn node_of(&self, slot: u16) -> Arc<str> {
-        if self.slots.is_stale() {
+        let c = &*self.0;
+        if c.slots.is_stale() {
             self.refresh_in_background();
         }
-        self.slots
+        c.slots
             .master(slot)
-            .unwrap_or_else(|| Arc::from(self.name.as_str()))
+            .unwrap_or_else(|| Arc::from(c.name.as_str()))
     }
 
     /// Asks the Cluster for its layout again, without making any call wait for it (a
     /// master went down, or is about to be probed: a replica may have taken its slots).
     pub(crate) fn refresh_in_background(&self) {
-        let Some(mut conn) = self.current() else {
+        let Some(Held { mut conn, .. }) = connector::current(&*self.0) else {
             return;
         };
-        if self.slots.refreshing.swap(true, Ordering::AcqRel) {
+        let slots = &self.0.slots;
+        if slots.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let slots = Arc::clone(&self.slots);
+        let slots = Arc::clone(slots);
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             slots.refreshing.store(false, Ordering::Release);
             return;
@@ -190,79 +262,59 @@ impl ClusterConn {
         });
     }
 
-    async fn get(&self) -> Result<ClusterConnection, Failed> {
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        let _one = self.connecting.lock().await;
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        let mut conn = self
-            .client
-            .get_async_connection()
-            .await
-            .map_err(|e| Failed::connect(e, &self.name))?;
-        self.checks
-            .run(&mut RandomNode(&mut conn), &self.name)
-            .await
-            .map_err(|r| refused(r, &self.name))?;
-        self.connects.fetch_add(1, Ordering::Relaxed);
-        *self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
-        // Until the map arrives, health is kept for the Cluster as a whole.
-        self.refresh_in_background();
-        Ok(conn)
-    }
-
     /// Runs `call`, whose keys are all in `slot`. The Cluster client follows redirections,
     /// reconnects and retries by itself; here only a connection that could not be made and
-    /// `NOSCRIPT` are retried, once. Every command of the call — the library's or script's
-    /// load included — goes to the slot's master only (redis-rs would send `FUNCTION LOAD`
-    /// and `SCRIPT LOAD` to every node and fail while any is down), so each master loads the
-    /// library at its first call (see [`Scripts::invoke`]).
+    /// `NOSCRIPT` are retried, once, before `deadline`. Every command of the call — the
+    /// library's or script's load included — goes to the slot's master only (redis-rs would
+    /// send `FUNCTION LOAD` and `SCRIPT LOAD` to every node and fail while any is down), so
+    /// each master loads the library when a connection is made ready or at its first call
+    /// (see [`Scripts::invoke`]).
     ///
     /// # Errors
     /// The last failure, with what it says about the node.
     pub(crate) async fn invoke(
         &self,
         call: &Call,
-        scripts: &Scripts,
         slot: u16,
+        deadline: tokio::time::Instant,
     ) -> Result<Value, Failed> {
+        let c = &*self.0;
         let mut retried = false;
         loop {
-            let failed = match self.get().await {
-                Ok(conn) => {
-                    let master = self.slots.master(slot);
+            let failed = match connector::get(&self.0, deadline).await {
+                Ok(Held { conn, .. }) => {
+                    let master = c.slots.master(slot);
                     // A master the map does not know yet: FCALL at once (a missing library
                     // is loaded on "Function not found"), the first load comes once it is.
                     let known = match &master {
-                        Some(m) => self.path_of(m),
+                        Some(m) => c.path_of(m),
                         None => Path::Functions,
                     };
                     let mut on = OnSlot { conn, slot };
-                    let (result, path) = scripts.invoke(&mut on, call, known, &self.name).await;
+                    let (result, path) = c.scripts.invoke(&mut on, call, known, &c.name).await;
                     if let (Some(m), true) = (master, path != known) {
-                        self.lock_paths().insert(m, path);
+                        c.lock_paths().insert(m, path);
                     }
                     match result {
                         Ok(v) => return Ok(v),
-                        Err(e) => Failed::call(e, &self.name),
+                        Err(e) => Failed::call(e, &c.name),
                     }
                 }
                 Err(f) => f,
             };
-            let again = matches!(failed.fault, Fault::Unreachable | Fault::NoScript);
-            if retried || !again {
+            let again = matches!(
+                failed.fault,
+                Fault::Unreachable | Fault::Rejected | Fault::NoScript
+            );
+            if retried || !again || tokio::time::Instant::now() >= deadline {
                 return Err(failed);
             }
             retried = true;
         }
     }
+}
 
+impl Cluster {
     fn lock_paths(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Path>> {
         self.paths
             .lock()
@@ -274,6 +326,57 @@ impl ClusterConn {
             .get(master)
             .copied()
             .unwrap_or(Path::Unknown)
+    }
+
+    /// One Cluster connection, checked, with the layout it routes by and the library on
+    /// each master.
+    async fn open_cluster(&self) -> Result<ClusterConnection, NoConnection> {
+        let mut conn = self
+            .client
+            .get_async_connection()
+            .await
+            .map_err(|e| NoConnection::connect(e, &self.name))?;
+        // One node's version and eviction policy. A node that cannot tell in time (a frozen
+        // one may be among the nodes) is not judged: only a server too old refuses.
+        let mut any = RandomNode(&mut conn);
+        let checks = self.checks.run(&mut any, &self.name);
+        if let Ok(Err(old @ NoConnection::Version(_))) =
+            tokio::time::timeout(self.step_limit, checks).await
+        {
+            return Err(old);
+        }
+        // The layout, for health per master; the last one known when it cannot be had.
+        let _ = tokio::time::timeout(self.step_limit, self.slots.refresh(&mut conn)).await;
+        self.load_library(&conn).await;
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
+    /// Loads the library on every master whose path is not known yet, all at once, each
+    /// bounded by the step limit (a master that does not answer in time loads it at its
+    /// first call).
+    async fn load_library(&self, conn: &ClusterConnection) {
+        if self.scripts.path(Path::Unknown) != Path::Unknown {
+            return;
+        }
+        let mut loads = tokio::task::JoinSet::new();
+        for (master, slot) in self.slots.masters() {
+            if self.path_of(&master) != Path::Unknown {
+                continue;
+            }
+            let scripts = Arc::clone(&self.scripts);
+            let (conn, name, limit) = (conn.clone(), self.name.clone(), self.step_limit);
+            loads.spawn(async move {
+                let mut on = OnSlot { conn, slot };
+                let loaded = tokio::time::timeout(limit, scripts.first_load(&mut on, &name)).await;
+                (master, loaded)
+            });
+        }
+        while let Some(done) = loads.join_next().await {
+            if let Ok((master, Ok(Ok(path)))) = done {
+                self.lock_paths().insert(master, path);
+            }
+        }
     }
 }
 
