@@ -390,8 +390,8 @@ impl<C: Clock> RedisBackend<C> {
             .map_err(|down: NodeDown| BackendError::Connection(Box::new(down)))?;
         if attempt.is_probe() {
             // A node counted down is probed on a connection made since, not on the one that
-            // failed it.
-            if inner.target.replacing() {
+            // failed it, and never waits within its own timeout for one to be made.
+            if !inner.target.probe_ready() {
                 return Err(BackendError::Connection(Box::new(attempt.defer())));
             }
             if let Some(c) = cluster {
@@ -441,7 +441,7 @@ impl<C: Clock> RedisBackend<C> {
                 failed.fault,
             );
             if replaces(change, failed.fault) {
-                inner.target.replace(started);
+                inner.target.replace(started, || inner.health.down());
             }
             if let (Change::WentDown, Some(c)) = (change, cluster) {
                 c.refresh_in_background();

@@ -229,19 +229,25 @@ impl<C> RedisBackendBuilder<C> {
                 .collect::<Vec<_>>()
                 .join(",");
             let target = if cluster {
-                let client = connect
-                    .cluster_certificates(redis::cluster::ClusterClientBuilder::new(urls))
-                    .connection_timeout(connect_timeout)
-                    .response_timeout(connect_timeout)
-                    .overall_response_timeout(None)
-                    .build()
-                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
-                Target::Cluster(ClusterConn::new(
-                    client,
+                let make = move |seeds: Vec<String>| {
+                    connect
+                        .cluster_certificates(redis::cluster::ClusterClientBuilder::new(seeds))
+                        .connection_timeout(connect_timeout)
+                        .response_timeout(connect_timeout)
+                        .overall_response_timeout(None)
+                        .build()
+                };
+                let cluster = ClusterConn::new(
+                    urls,
+                    Box::new(make),
                     node.clone(),
                     Arc::clone(&scripts),
                     connect_timeout,
-                ))
+                    // A master answers a read well within this, or counts as not answering.
+                    self.timeout.max(Duration::from_millis(250)),
+                )
+                .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+                Target::Cluster(cluster)
             } else {
                 let info = connect.connection_info(&urls[0])?;
                 Target::Single(NodeConn::new(

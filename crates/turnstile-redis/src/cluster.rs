@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, FromRedisValue, RedisError, Value};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Value};
 
 use crate::call::Call;
 use crate::connector::{self, Connect, Held, Slot};
@@ -83,14 +83,7 @@ impl SlotMap {
 
     /// Each master, with the first slot it serves.
     fn masters(&self) -> Vec<(Arc<str>, u16)> {
-        let ranges = self.ranges.read().unwrap_or_else(|e| e.into_inner());
-        let mut masters: Vec<(Arc<str>, u16)> = Vec::new();
-        for (start, _, m) in ranges.iter() {
-            if !masters.iter().any(|(n, _)| n == m) {
-                masters.push((Arc::clone(m), *start));
-            }
-        }
-        masters
+        masters_of(&self.ranges.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn is_stale(&self) -> bool {
@@ -99,22 +92,61 @@ impl SlotMap {
     }
 
     async fn refresh(&self, conn: &mut ClusterConnection) -> Result<(), RedisError> {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SLOTS");
-        let reply = conn
-            .route_command(
-                cmd.clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-            )
-            .await?;
-        let mut ranges = parse_slots(&reply);
-        ranges.sort_by_key(|r| r.0);
+        self.set(layout(conn).await?);
+        Ok(())
+    }
+
+    /// Takes `ranges` (sorted) as the layout, unless empty.
+    fn set(&self, ranges: Ranges) {
         if !ranges.is_empty() {
             *self.ranges.write().unwrap_or_else(|e| e.into_inner()) = ranges;
         }
         self.refreshed.store(self.elapsed_ms(), Ordering::Relaxed);
-        Ok(())
     }
+}
+
+/// Slot ranges and their masters: `(first slot, last slot, host:port)`.
+type Ranges = Vec<(u16, u16, Arc<str>)>;
+
+/// The layout as `conn`'s Cluster describes it now (`CLUSTER SLOTS` of any node), sorted.
+async fn layout(conn: &mut ClusterConnection) -> Result<Ranges, RedisError> {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    let reply = conn
+        .route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+        .await?;
+    let mut ranges = parse_slots(&reply);
+    ranges.sort_by_key(|r| r.0);
+    Ok(ranges)
+}
+
+/// Each master of `ranges`, with the first slot it serves.
+fn masters_of(ranges: &Ranges) -> Vec<(Arc<str>, u16)> {
+    let mut masters: Vec<(Arc<str>, u16)> = Vec::new();
+    for (start, _, m) in ranges {
+        if !masters.iter().any(|(n, _)| n == m) {
+            masters.push((Arc::clone(m), *start));
+        }
+    }
+    masters
+}
+
+/// `host:port` of a seed URL (port 6379 when it names none).
+fn seed_addr(url: &str) -> Option<String> {
+    let url = redis::parse_redis_url(url)?;
+    Some(format!(
+        "{}:{}",
+        url.host_str()?,
+        url.port().unwrap_or(6379)
+    ))
+}
+
+/// A key in `slot`: its hash tag is the first number whose slot is `slot`.
+fn key_in_slot(slot: u16) -> String {
+    let tag = (0u32..)
+        .find(|n| slot_of(n.to_string().as_bytes()) == slot)
+        .unwrap_or_default();
+    format!("turnstile:slot-probe:{{{tag}}}")
 }
 
 /// The slot ranges and masters of a `CLUSTER SLOTS` reply: `[start, end, [host, port, id],
@@ -139,11 +171,23 @@ fn parse_slots(reply: &Value) -> Vec<(u16, u16, Arc<str>)> {
         .collect()
 }
 
+/// Makes a Cluster client from seed URLs, with the backend's settings (TLS, timeouts).
+pub(crate) type MakeClient = Box<dyn Fn(Vec<String>) -> RedisResult<ClusterClient> + Send + Sync>;
+
 /// The shared connection to a Cluster.
 pub(crate) struct ClusterConn(Arc<Cluster>);
 
 struct Cluster {
+    /// The client of every seed URL.
     client: ClusterClient,
+    /// The seed URLs, and how to make a client of some of them.
+    seeds: Vec<String>,
+    make: MakeClient,
+    /// The nodes (`host:port`) a replacement leaves out of its seeds: they count as down,
+    /// and a seed that answers nothing costs a connection timeout.
+    avoid: Mutex<Vec<String>>,
+    /// Bounds the read that tells whether a master answers through a replacement.
+    answer_limit: Duration,
     name: String,
     slot: Slot<ClusterConnection>,
     slots: Arc<SlotMap>,
@@ -179,14 +223,24 @@ impl Connect for Cluster {
 }
 
 impl ClusterConn {
+    /// The connection to the Cluster of `seeds` (URLs), whose clients `make` makes; `client`
+    /// is the one of every seed. `step_limit` bounds each step of making a connection
+    /// ready, `answer_limit` the read that tells whether a master answers.
     pub(crate) fn new(
-        client: ClusterClient,
+        seeds: Vec<String>,
+        make: MakeClient,
         name: String,
         scripts: Arc<Scripts>,
         step_limit: Duration,
-    ) -> Self {
-        ClusterConn(Arc::new(Cluster {
+        answer_limit: Duration,
+    ) -> RedisResult<Self> {
+        let client = make(seeds.clone())?;
+        Ok(ClusterConn(Arc::new(Cluster {
             client,
+            seeds,
+            make,
+            avoid: Mutex::new(Vec::new()),
+            answer_limit,
             name,
             slot: Slot::new(),
             slots: Arc::new(SlotMap::new()),
@@ -195,7 +249,7 @@ impl ClusterConn {
             paths: Mutex::new(HashMap::new()),
             scripts,
             step_limit,
-        }))
+        })))
     }
 
     /// Cluster connections made so far.
@@ -208,14 +262,20 @@ impl ClusterConn {
         self.0.slot.generation()
     }
 
-    /// Whether a new Cluster connection is being made.
-    pub(crate) fn replacing(&self) -> bool {
-        self.0.slot.connecting()
+    /// See [`connector::probe_ready`].
+    pub(crate) fn probe_ready(&self) -> bool {
+        connector::probe_ready(&self.0)
     }
 
     /// Makes a new Cluster connection in the background, unless one newer than a call that
-    /// began at `started` serves already; the current one serves until it is ready.
-    pub(crate) fn replace(&self, started: u64) {
+    /// began at `started` serves already; the current one serves until it is ready. Its seeds
+    /// leave out the nodes of `down` (`host:port`), unless that leaves none.
+    pub(crate) fn replace(&self, started: u64, down: Vec<String>) {
+        *self
+            .0
+            .avoid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = down;
         connector::replace(&self.0, started, false);
     }
 
@@ -328,11 +388,34 @@ impl Cluster {
             .unwrap_or(Path::Unknown)
     }
 
+    /// A client of the seeds that do not count as down, when that leaves some out and some
+    /// in.
+    fn client_avoiding_down(&self) -> Option<ClusterClient> {
+        let avoid = self
+            .avoid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let seeds: Vec<String> = self
+            .seeds
+            .iter()
+            .filter(|u| !seed_addr(u).is_some_and(|a| avoid.contains(&a)))
+            .cloned()
+            .collect();
+        if seeds.is_empty() || seeds.len() == self.seeds.len() {
+            return None;
+        }
+        (self.make)(seeds).ok()
+    }
+
     /// One Cluster connection, checked, with the layout it routes by and the library on
     /// each master.
     async fn open_cluster(&self) -> Result<ClusterConnection, NoConnection> {
-        let mut conn = self
-            .client
+        let replacing = connector::current(self).is_some();
+        let fewer = replacing.then(|| self.client_avoiding_down()).flatten();
+        let mut conn = fewer
+            .as_ref()
+            .unwrap_or(&self.client)
             .get_async_connection()
             .await
             .map_err(|e| NoConnection::connect(e, &self.name))?;
@@ -346,10 +429,60 @@ impl Cluster {
             return Err(old);
         }
         // The layout, for health per master; the last one known when it cannot be had.
-        let _ = tokio::time::timeout(self.step_limit, self.slots.refresh(&mut conn)).await;
+        let ranges = tokio::time::timeout(self.step_limit, layout(&mut conn))
+            .await
+            .ok()
+            .and_then(Result::ok);
+        if replacing {
+            // A replacement takes over only when it serves every master of its layout.
+            self.every_master_answers(&conn, ranges.as_ref()).await?;
+        }
+        if let Some(ranges) = ranges {
+            self.slots.set(ranges);
+        }
         self.load_library(&conn).await;
         self.connects.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
+    }
+
+    /// Whether every master of `ranges` answers a read of one of its keys through `conn`,
+    /// each within the step limit. A master in the layout that answers nothing (frozen, its
+    /// host gone, before its replica is promoted) has no connection in a new Cluster
+    /// connection, and its keys' calls make the Cluster client ask for the layout again and
+    /// reconnect to it while holding up every other master's calls; on the connection being
+    /// replaced they only time out. Such a replacement is not taken.
+    ///
+    /// # Errors
+    /// [`NoConnection::Unanswered`] when a master did not answer, or the layout is unknown.
+    async fn every_master_answers(
+        &self,
+        conn: &ClusterConnection,
+        ranges: Option<&Ranges>,
+    ) -> Result<(), NoConnection> {
+        let unanswered = NoConnection::Unanswered(self.answer_limit);
+        let ranges = ranges.ok_or_else(|| unanswered.clone())?;
+        let mut reads = tokio::task::JoinSet::new();
+        for (_, slot) in masters_of(ranges) {
+            let mut on = OnSlot {
+                conn: conn.clone(),
+                slot,
+            };
+            let limit = self.answer_limit;
+            reads.spawn(async move {
+                let mut exists = redis::cmd("EXISTS");
+                exists.arg(key_in_slot(slot));
+                matches!(
+                    tokio::time::timeout(limit, on.query(&exists)).await,
+                    Ok(Ok(Value::Int(_)))
+                )
+            });
+        }
+        while let Some(answered) = reads.join_next().await {
+            if !answered.unwrap_or(false) {
+                return Err(unanswered);
+            }
+        }
+        Ok(())
     }
 
     /// Loads the library on every master whose path is not known yet, all at once, each
@@ -427,6 +560,26 @@ mod tests {
         assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"));
         assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
         assert_eq!(slot_of(b"t:v1:{abc}:p"), slot_of(b"t:v1:{abc}~cfg"));
+    }
+
+    #[test]
+    fn seeds_are_named_as_the_layout_names_nodes() {
+        assert_eq!(
+            seed_addr("redis://127.0.0.1:7000").as_deref(),
+            Some("127.0.0.1:7000")
+        );
+        assert_eq!(
+            seed_addr("rediss://user:pw@10.0.0.2/3").as_deref(),
+            Some("10.0.0.2:6379")
+        );
+        assert_eq!(seed_addr("not a url"), None);
+    }
+
+    #[test]
+    fn a_key_is_found_for_every_slot() {
+        for slot in [0, 1, 5460, 12182, 16383] {
+            assert_eq!(slot_of(key_in_slot(slot).as_bytes()), slot);
+        }
     }
 
     #[test]

@@ -179,9 +179,9 @@ impl NodeConn {
         self.0.slot.generation()
     }
 
-    /// Whether a new connection is being made.
-    pub(crate) fn replacing(&self) -> bool {
-        self.0.slot.connecting()
+    /// See [`connector::probe_ready`].
+    pub(crate) fn probe_ready(&self) -> bool {
+        connector::probe_ready(&self.0)
     }
 
     /// Drops the connection a call that began at `started` used, unless a newer one replaced

@@ -104,11 +104,6 @@ impl<T: Clone> Slot<T> {
         self.next_id.load(Ordering::Acquire)
     }
 
-    /// Whether an attempt runs.
-    pub(crate) fn connecting(&self) -> bool {
-        self.lock().connecting
-    }
-
     /// Drops connection `id` if it is still the current one: the next call makes another.
     pub(crate) fn discard(&self, id: u64) {
         let mut s = self.lock();
@@ -184,6 +179,23 @@ pub(crate) async fn get<C: Connect>(
                 .unwrap_or_else(|| Failed::timeout(deadline.saturating_duration_since(began))));
         }
     }
+}
+
+/// Whether the probe of a node that counts as down may go now: a connection is ready and
+/// none is being made. With neither, starts making one: the probe waits for it (failing
+/// fast meanwhile) rather than making it within its own timeout.
+pub(crate) fn probe_ready<C: Connect>(owner: &Arc<C>) -> bool {
+    let mut s = owner.slot().lock();
+    if s.connecting {
+        return false;
+    }
+    if s.live.as_ref().is_some_and(|l| C::usable(&l.conn)) {
+        return true;
+    }
+    s.connecting = true;
+    drop(s);
+    spawn(owner);
+    false
 }
 
 /// Starts an attempt unless one runs (a backend warming up as it is built).

@@ -34,22 +34,23 @@ impl Target {
         }
     }
 
-    /// Whether a new connection is being made.
-    pub(crate) fn replacing(&self) -> bool {
+    /// Whether the probe of a node that counts as down may go now: a connection is ready
+    /// and no new one is being made (else one is started, and the probe waits for it).
+    pub(crate) fn probe_ready(&self) -> bool {
         match self {
-            Target::Single(n) => n.replacing(),
-            Target::Cluster(c) => c.replacing(),
+            Target::Single(n) => n.probe_ready(),
+            Target::Cluster(c) => c.probe_ready(),
         }
     }
 
     /// Replaces the connection a call that began at generation `started` used, unless a
     /// newer one serves already: a single node's is dropped at once (it stopped answering;
     /// calls wait for the new one), a Cluster's serves the other masters until the new one is
-    /// ready.
-    pub(crate) fn replace(&self, started: u64) {
+    /// ready, which leaves the nodes `down` names out of its seeds.
+    pub(crate) fn replace(&self, started: u64, down: impl FnOnce() -> Vec<String>) {
         match self {
             Target::Single(n) => n.replace(started),
-            Target::Cluster(c) => c.replace(started),
+            Target::Cluster(c) => c.replace(started, down()),
         }
     }
 
