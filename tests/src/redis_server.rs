@@ -147,6 +147,15 @@ impl RedisServer {
         }
     }
 
+    /// Kills the server (SIGKILL), waits `pause`, and starts it again on the same port;
+    /// returns once it answers `PING`: a restart that takes about `pause` longer than
+    /// [`RedisServer::restart`].
+    pub fn restart_after(&mut self, pause: Duration) {
+        self.kill();
+        std::thread::sleep(pause);
+        self.restart();
+    }
+
     /// (Re)starts the server on the same port and waits until it answers `PING`.
     pub fn restart(&mut self) {
         let port = self.port.to_string();
