@@ -135,7 +135,7 @@ async fn a_backend_built_while_redis_is_down_warms_up_once_redis_is_there() {
     server.restart();
     // Connected without a request: it kept trying in the background.
     warmed(&redis).await;
-    let (admitted, denied, failed) = burst(&[fallback.clone()], "client").await;
+    let (admitted, denied, failed) = burst(std::slice::from_ref(&fallback), "client").await;
     assert_eq!((admitted, denied, failed), (LIMIT, BURST as u64 - LIMIT, 0));
     assert_eq!(fallback.local_decisions(), 0);
 }
