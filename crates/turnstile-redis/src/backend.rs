@@ -15,9 +15,9 @@ use turnstile_core::{
 };
 
 use crate::call::{Call, Which};
-use crate::cluster::slot_of;
+use crate::cluster::{slot_of, ClusterConn};
 use crate::fault::{redis_error, Failed, Fault};
-use crate::health::{Change, Health, HealthConfig, NodeDown, NodeHealth};
+use crate::health::{Attempt, Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
 use crate::library::Scripts;
 use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
@@ -426,32 +426,40 @@ impl<C: Clock> RedisBackend<C> {
                 Err(self.timed_out())
             }
         };
-        let failed = match result {
+        match result {
             Ok((_, decision)) => {
                 attempt.answered();
-                return Ok(decision);
+                Ok(decision)
             }
-            Err(f) => f,
-        };
-        if failed.fault.counts_against_node() {
+            Err(failed) => {
+                self.settle(attempt, failed.fault, started, cluster);
+                Err(failed.error)
+            }
+        }
+    }
+
+    /// What a call that began at connection generation `started` and failed with `fault`
+    /// tells about its node: its health, and whether its connection is replaced.
+    fn settle(&self, attempt: Attempt, fault: Fault, started: u64, cluster: Option<&ClusterConn>) {
+        let inner = &*self.inner;
+        if fault.counts_against_node() {
             let change = attempt.failed(
                 inner.clock.now_ms(),
                 inner.health_config.failure_threshold,
                 inner.retry_interval,
-                failed.fault,
+                fault,
             );
-            if replaces(change, failed.fault) {
+            if replaces(change, fault) {
                 inner.target.replace(started, || inner.health.down());
             }
             if let (Change::WentDown, Some(c)) = (change, cluster) {
                 c.refresh_in_background();
             }
-        } else if failed.fault == Fault::Local {
+        } else if fault == Fault::Local {
             attempt.release();
         } else {
             attempt.answered();
         }
-        Err(failed.error)
     }
 
     /// Awaits a check its caller gave up on, for at most [`LATE_REPLY_WAIT`], and refunds

@@ -229,25 +229,8 @@ impl<C> RedisBackendBuilder<C> {
                 .collect::<Vec<_>>()
                 .join(",");
             let target = if cluster {
-                let make = move |seeds: Vec<String>| {
-                    connect
-                        .cluster_certificates(redis::cluster::ClusterClientBuilder::new(seeds))
-                        .connection_timeout(connect_timeout)
-                        .response_timeout(connect_timeout)
-                        .overall_response_timeout(None)
-                        .build()
-                };
-                let cluster = ClusterConn::new(
-                    urls,
-                    Box::new(make),
-                    node.clone(),
-                    Arc::clone(&scripts),
-                    connect_timeout,
-                    // A master answers a read well within this, or counts as not answering.
-                    self.timeout.max(Duration::from_millis(250)),
-                )
-                .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
-                Target::Cluster(cluster)
+                let limits = (connect_timeout, self.timeout);
+                cluster_target(urls, connect, node.clone(), &scripts, limits)?
             } else {
                 let info = connect.connection_info(&urls[0])?;
                 Target::Single(NodeConn::new(
@@ -302,6 +285,36 @@ impl<C> RedisBackendBuilder<C> {
         self.health.failure_threshold = rounds;
         self
     }
+}
+
+/// A Cluster of seed `urls`, connected as `connect` says; `limits` are the connection
+/// timeout and the per-call timeout.
+fn cluster_target(
+    urls: Vec<String>,
+    connect: crate::tls::Connect,
+    node: String,
+    scripts: &Arc<Scripts>,
+    (connect_timeout, timeout): (Duration, Duration),
+) -> Result<Target, InvalidRedisConfig> {
+    let make = move |seeds: Vec<String>| {
+        connect
+            .cluster_certificates(redis::cluster::ClusterClientBuilder::new(seeds))
+            .connection_timeout(connect_timeout)
+            .response_timeout(connect_timeout)
+            .overall_response_timeout(None)
+            .build()
+    };
+    let cluster = ClusterConn::new(
+        urls,
+        Box::new(make),
+        node,
+        Arc::clone(scripts),
+        connect_timeout,
+        // A master answers a read well within this, or counts as not answering.
+        timeout.max(Duration::from_millis(250)),
+    )
+    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+    Ok(Target::Cluster(cluster))
 }
 
 /// The longest one attempt to connect to a single node may take: the connection with its

@@ -27,7 +27,7 @@ use crate::call::Call;
 use crate::connector::{self, Connect, Held, Slot};
 use crate::fault::{Failed, Fault, NoConnection};
 use crate::library::{Path, Scripts};
-use crate::server::{Query, ServerChecks};
+use crate::server::{Query, Refused, ServerChecks};
 
 /// Cluster hash slots.
 const SLOTS: u16 = 16384;
@@ -423,10 +423,10 @@ impl Cluster {
         // one may be among the nodes) is not judged: only a server too old refuses.
         let mut any = RandomNode(&mut conn);
         let checks = self.checks.run(&mut any, &self.name);
-        if let Ok(Err(old @ NoConnection::Version(_))) =
+        if let Ok(Err(old @ Refused::Version(_))) =
             tokio::time::timeout(self.step_limit, checks).await
         {
-            return Err(old);
+            return Err(NoConnection::refused(old, &self.name));
         }
         // The layout, for health per master; the last one known when it cannot be had.
         let ranges = tokio::time::timeout(self.step_limit, layout(&mut conn))

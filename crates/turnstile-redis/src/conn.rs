@@ -294,7 +294,10 @@ impl Node {
                 .await
                 .map_err(|e| NoConnection::connect(e, &self.name))?,
         };
-        self.checks.run(&mut conn, &self.name).await?;
+        self.checks
+            .run(&mut conn, &self.name)
+            .await
+            .map_err(|r| NoConnection::refused(r, &self.name))?;
         let path = match self.scripts.path(Path::Unknown) {
             Path::Unknown => match self.scripts.first_load(&mut conn, &self.name).await {
                 Ok(path) => path,

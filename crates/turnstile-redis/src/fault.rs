@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use turnstile_core::BackendError;
 
-use crate::server::UnsupportedRedisVersion;
+use crate::server::{Refused, UnsupportedRedisVersion};
 
 /// How the backend treats one failed call (see [`classify`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +182,14 @@ impl NoConnection {
         NoConnection::Connect {
             error: e,
             node: Arc::from(node),
+        }
+    }
+
+    /// A connection to `node` the server checks refused.
+    pub(crate) fn refused(r: Refused, node: &str) -> Self {
+        match r {
+            Refused::Connection(e) => NoConnection::connect(e, node),
+            Refused::Version(v) => NoConnection::Version(v),
         }
     }
 

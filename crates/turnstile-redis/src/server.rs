@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::{aio::MultiplexedConnection, ErrorKind, RedisError, Value};
 
-use crate::fault::NoConnection;
-
 /// The oldest Redis the scripts run on: 5.0.0. They call `TIME` and then write, which needs
 /// effects replication, the default since Redis 5 (older servers refuse such scripts);
 /// everything else they use (`EVALSHA`, `SET .. PX`, `PSETEX`, `PEXPIRE`, hashes, lists) is older.
@@ -125,15 +123,24 @@ pub(crate) fn is_connection_failure(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Io || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
+/// Why a new connection is not to be used.
+#[derive(Clone, Debug)]
+pub(crate) enum Refused {
+    /// A check's command failed on the connection itself.
+    Connection(RedisError),
+    /// The server is too old.
+    Version(UnsupportedRedisVersion),
+}
+
 impl ServerChecks {
     /// Checks the server behind `conn` (named `node` in logs): its version must be at least
     /// [`MIN_REDIS_VERSION`], and its eviction policy is warned about once when it would
     /// evict our keys. A server that refuses `INFO` or `CONFIG GET` (an ACL) is not judged.
     ///
     /// # Errors
-    /// [`NoConnection::Version`] for a server that is too old (logged once per backend);
-    /// [`NoConnection::Connect`] when the connection failed under the checks.
-    pub(crate) async fn run(&self, conn: &mut impl Query, node: &str) -> Result<(), NoConnection> {
+    /// [`Refused::Version`] for a server that is too old (logged once per backend);
+    /// [`Refused::Connection`] when the connection failed under the checks.
+    pub(crate) async fn run(&self, conn: &mut impl Query, node: &str) -> Result<(), Refused> {
         let mut info = redis::cmd("INFO");
         info.arg("server");
         match conn.query(&info).await {
@@ -151,11 +158,11 @@ impl ServerChecks {
                         if !self.version_logged.swap(true, Ordering::Relaxed) {
                             tracing::error!(node, version = %e.found, "{e}");
                         }
-                        return Err(NoConnection::Version(e));
+                        return Err(Refused::Version(e));
                     }
                 }
             }
-            Err(e) if is_connection_failure(&e) => return Err(NoConnection::connect(e, node)),
+            Err(e) if is_connection_failure(&e) => return Err(Refused::Connection(e)),
             Err(_) => {}
         }
         if self.eviction_logged.load(Ordering::Relaxed) {
@@ -177,7 +184,7 @@ impl ServerChecks {
                     }
                 }
             }
-            Err(e) if is_connection_failure(&e) => return Err(NoConnection::connect(e, node)),
+            Err(e) if is_connection_failure(&e) => return Err(Refused::Connection(e)),
             Err(_) => {}
         }
         Ok(())
