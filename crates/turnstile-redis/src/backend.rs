@@ -62,7 +62,15 @@ pub(crate) const LATE_REPLY_WAIT: Duration = Duration::from_secs(30);
 /// ([`failure_threshold`](crate::RedisBackendBuilder::failure_threshold)), per master on a
 /// Cluster — and then its checks fail fast with a [`BackendError::Connection`] holding
 /// [`NodeDown`] until, after the retry interval
-/// ([`DEFAULT_RETRY_INTERVAL`](crate::DEFAULT_RETRY_INTERVAL)), one check probes it back.
+/// ([`DEFAULT_RETRY_INTERVAL`](crate::DEFAULT_RETRY_INTERVAL)), one check probes it back —
+/// on a connection made since, never on the one that failed it; a node whose failures only
+/// said it is away for a moment (refused or closed connections, `READONLY`, `LOADING`) is
+/// probed again within 5 to 100 ms instead. A connection that stops answering without being
+/// closed (a lost NAT entry, a frozen host) is replaced once calls on it time out round after
+/// round, and on a Cluster the new connection takes over only when every master answers
+/// through it. Connections are made in the background, one attempt at a time, and the
+/// backend starts warming up (connect, check, load the library) as it is built inside a
+/// Tokio runtime, so a first burst finds it ready.
 /// What a request gets then is the caller's failure policy (`turnstile_core::FailurePolicy`:
 /// the tower layer falls back to a local limiter by default); the local deny cache is
 /// `turnstile_core::wrap::DenyCache`.
