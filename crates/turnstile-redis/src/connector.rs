@@ -9,13 +9,13 @@
 //!
 //! An attempt refused outright while there is no connection (a restarting server, a primary
 //! the Sentinels do not name yet) is made again soon — after a tenth of how long the target
-//! has been refusing, between [`AGAIN_MIN`] and [`AGAIN_MAX`] — so a server back after a
+//! has been refusing, between 5 and 100 ms ([`soon_after`]) — so a server back after a
 //! restart is reached within moments, and the callers waiting meanwhile get it. Any other
 //! failure ends the attempts: the next call starts a new one.
 //!
 //! A target may also be *replaced*: a new connection made while the current one keeps serving
 //! (a Cluster), or after dropping it (a single node whose connection went silent). See
-//! [`Slot::replace`].
+//! [`replace`].
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,11 +28,19 @@ use tracing::instrument::WithSubscriber;
 
 use crate::fault::{Failed, Fault, NoConnection};
 
-/// The least wait before an attempt refused outright is made again.
-pub(crate) const AGAIN_MIN: Duration = Duration::from_millis(5);
+/// The least wait before trying again a target that is away for a moment.
+const SOON_MIN: Duration = Duration::from_millis(5);
 
-/// The longest wait before an attempt refused outright is made again.
-pub(crate) const AGAIN_MAX: Duration = Duration::from_millis(100);
+/// The longest wait before trying again a target that is away for a moment.
+const SOON_MAX: Duration = Duration::from_millis(100);
+
+/// How long to wait before trying again a target that has been away (refusing connections,
+/// restarting, failing over) for `away`: a tenth of it, between 5 and 100 ms. Cheap to find
+/// out, and a restart is over in moments; a long outage is not tried more than ten times a
+/// second.
+pub(crate) fn soon_after(away: Duration) -> Duration {
+    (away / 10).clamp(SOON_MIN, SOON_MAX)
+}
 
 /// Makes connections for a [`Slot`].
 pub(crate) trait Connect: Send + Sync + Sized + 'static {
@@ -120,7 +128,7 @@ pub(crate) fn current<C: Connect>(owner: &C) -> Option<Held<C::Conn>> {
 }
 
 /// Why `owner` has no connection, when it has none and an attempt has failed (`None`
-/// otherwise): what a call that timed out waiting for a connection failed of.
+/// otherwise): the failure of a call that timed out waiting for a connection.
 pub(crate) fn unconnected<C: Connect>(owner: &C) -> Option<Failed> {
     let s = owner.slot().lock();
     if s.live.as_ref().is_some_and(|l| C::usable(&l.conn)) {
@@ -281,6 +289,6 @@ async fn attempts<C: Connect>(weak: Weak<C>) {
             return;
         }
         drop(owner);
-        tokio::time::sleep((began.elapsed() / 10).clamp(AGAIN_MIN, AGAIN_MAX)).await;
+        tokio::time::sleep(soon_after(began.elapsed())).await;
     }
 }

@@ -26,13 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::connector::soon_after;
 use crate::fault::Fault;
-
-/// The least wait before the next probe of a node whose failures were all quick.
-const QUICK_PROBE_MIN: Duration = Duration::from_millis(5);
-
-/// The longest wait before the next probe of a node whose failures were all quick.
-const QUICK_PROBE_MAX: Duration = Duration::from_millis(100);
 
 /// The default number of consecutive failed rounds after which a node counts as down: 3.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
@@ -140,17 +135,14 @@ impl NodeHealth {
     }
 
     /// Local time (ms) of the next probe after a failure at `now_ms`: the retry interval
-    /// after it when a failure since the last answer was not quick, else a tenth of how long
-    /// the node has been failing, between [`QUICK_PROBE_MIN`] and [`QUICK_PROBE_MAX`] (at most
-    /// the retry interval).
+    /// after it when a failure since the last answer was not quick, else soon
+    /// ([`soon_after`] how long the node has been failing; at most the retry interval).
     fn next_probe(&self, now_ms: u64, retry: Duration) -> u64 {
         let wait = if self.slow.load(Ordering::Acquire) {
             retry
         } else {
             let failing = now_ms.saturating_sub(self.since.load(Ordering::Acquire));
-            Duration::from_millis(failing / 10)
-                .clamp(QUICK_PROBE_MIN, QUICK_PROBE_MAX)
-                .min(retry)
+            soon_after(Duration::from_millis(failing)).min(retry)
         };
         now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
     }
