@@ -37,6 +37,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+answers() { redis-cli -p "$1" ping 2>/dev/null | grep -q PONG; }
 accepts() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # wait_until SECONDS WHAT COMMAND...: polls every 2 ms; fails after SECONDS.
 wait_until() {
@@ -52,7 +53,7 @@ mkdir -p "$WORK/redis"
 (cd "$WORK/redis" && exec redis-server --port "$R" --bind 127.0.0.1 --save "" --appendonly no \
   >"$WORK/redis.log" 2>&1) &
 PIDS+=("$!")
-wait_until 10 "redis on $R starts" redis-cli -p "$R" ping
+wait_until 10 "redis on $R starts" answers "$R"
 
 for run in $(seq "$RUNS"); do
   redis-cli -p "$R" function flush >/dev/null
