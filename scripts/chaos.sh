@@ -21,6 +21,11 @@
 #                 cluster-require-full-coverage no (FULL_COVERAGE=yes: Redis's default);
 #                 apps on the six comma-separated URLs; kill -9 the master of key k0
 #   overload      20x the rate for 1 s over 1000 keys, on top of the steady load
+#   fast-restart  kill -9 the Redis and start it again at once (back within about 100 ms)
+#   silent        one Redis behind a TCP proxy (the apps' URL): the proxy's connections go
+#                 silent (open, nothing forwarded: a lost NAT entry), new ones pass
+#   sentinel-stop as sentinel, the primary frozen with SIGSTOP instead of killed
+#   cluster-stop  as cluster-kill, the master frozen with SIGSTOP instead of killed
 #
 # "Redis back" is when Redis answered again, counted from the fault: PING answered (restart,
 # pause, sleep), the new primary serving (repoint: through the proxy; Sentinel: named by the
@@ -38,7 +43,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_FAULTS="kill-restart repoint sentinel client-pause debug-sleep script-flush cluster-kill overload"
+ALL_FAULTS="kill-restart repoint sentinel client-pause debug-sleep script-flush cluster-kill overload fast-restart silent sentinel-stop cluster-stop"
 POLICIES=${POLICIES:-"local open closed"}
 RATE=${RATE:-400}
 # 400 requests/s over 4 keys: 100 per key and second, 50 to each app. A limit under 50 makes
@@ -136,6 +141,7 @@ start_redis() { # PORT [ARGS...]
   wait_until 10 "redis on $port starts" answers "$port"
 }
 kill_redis() { { kill -9 "${RPID[$1]}" && wait "${RPID[$1]}"; } 2>/dev/null || true; }
+freeze_redis() { kill -STOP "${RPID[$1]}"; }
 
 start_app() { # PORT URL POLICY PREFIX (the apps of one run share a prefix: one limit)
   "$BIN/axum_redis" --port "$1" --redis-url "$2" --redis-timeout "${TIMEOUT_MS}ms" \
@@ -151,17 +157,35 @@ setup_single() {
   R1=$(free_port); start_redis "$R1"
   URL="redis://127.0.0.1:$R1"
 }
-setup_repoint() {
-  R1=$(free_port); start_redis "$R1"
-  R2=$(free_port); start_redis "$R2" --replicaof 127.0.0.1 "$R1"
-  wait_until 10 "the replica's link" link_up "$R2"
-  coproc PROXY { exec "$BIN/proxy" "$R1"; }
+# start_proxy TARGET_PORT: a proxy (tests/src/bin/proxy.rs) to 127.0.0.1:TARGET_PORT; sets
+# PROXY_PORT, CONTROL_PORT and URL (the proxy's).
+start_proxy() {
+  coproc PROXY { exec "$BIN/proxy" "$1"; }
   PIDS+=("$PROXY_PID")
   local ports
   read -r ports <&"${PROXY[0]}"
   PROXY_PORT=${ports% *}
   CONTROL_PORT=${ports#* }
   URL="redis://127.0.0.1:$PROXY_PORT"
+}
+setup_repoint() {
+  R1=$(free_port); start_redis "$R1"
+  R2=$(free_port); start_redis "$R2" --replicaof 127.0.0.1 "$R1"
+  wait_until 10 "the replica's link" link_up "$R2"
+  start_proxy "$R1"
+}
+setup_proxied() {
+  R1=$(free_port); start_redis "$R1"
+  start_proxy "$R1"
+}
+# proxy_command LINE: sends LINE to the proxy's control port; fails unless it answers EXPECTED.
+proxy_command() {
+  local reply ctl
+  exec {ctl}<>"/dev/tcp/127.0.0.1/$CONTROL_PORT"
+  echo "$1" >&"$ctl"
+  read -r -t 5 reply <&"$ctl"
+  exec {ctl}>&-
+  [ "$reply" = "$2" ] || { echo "proxy: $reply" >&2; return 1; }
 }
 setup_sentinel() {
   R1=$(free_port); start_redis "$R1"
@@ -240,9 +264,10 @@ setup() { # FAULT
   FAULTED=""
   case "$1" in
     repoint) setup_repoint; LOST=1 ;;
-    sentinel) setup_sentinel; LOST=1 ;;
-    cluster-kill) setup_cluster; LOST=1 ;;
-    kill-restart) setup_single; LOST=1 ;;
+    sentinel | sentinel-stop) setup_sentinel; LOST=1 ;;
+    cluster-kill | cluster-stop) setup_cluster; LOST=1 ;;
+    kill-restart | fast-restart) setup_single; LOST=1 ;;
+    silent) setup_proxied ;;
     *) setup_single ;;
   esac
 }
@@ -272,12 +297,7 @@ inject() { # FAULT; sets BACK_MS, the epoch ms at which Redis served again (0: n
       FAULT_MS=$(now_ms)
       rcli "$R2" replicaof no one >/dev/null
       rcli "$R1" replicaof 127.0.0.1 "$R2" >/dev/null
-      local reply
-      exec {ctl}<>"/dev/tcp/127.0.0.1/$CONTROL_PORT"
-      echo "repoint $R2" >&"$ctl"
-      read -r -t 5 reply <&"$ctl"
-      exec {ctl}>&-
-      [ "$reply" = "ok $R2" ] || { echo "proxy: $reply" >&2; return 1; } ;;
+      proxy_command "repoint $R2" "ok $R2" ;;
     sentinel)
       probe sentinels "$R2" "${SENTINELS[@]}"
       FAULT_MS=$(now_ms)
@@ -298,6 +318,23 @@ inject() { # FAULT; sets BACK_MS, the epoch ms at which Redis served again (0: n
       probe cluster-master "$HEIR"
       FAULT_MS=$(now_ms)
       kill_redis "$VICTIM" ;;
+    fast-restart)
+      probe ping "$R1"
+      FAULT_MS=$(now_ms)
+      kill_redis "$R1"
+      start_redis "$R1" ;;
+    silent)
+      # Redis never stops serving new connections: "back" at once.
+      FAULT_MS=$(now_ms)
+      proxy_command silence "ok silent" ;;
+    sentinel-stop)
+      probe sentinels "$R2" "${SENTINELS[@]}"
+      FAULT_MS=$(now_ms)
+      freeze_redis "$R1" ;;
+    cluster-stop)
+      probe cluster-master "$HEIR"
+      FAULT_MS=$(now_ms)
+      freeze_redis "$VICTIM" ;;
     overload)
       FAULT_MS=$(now_ms)
       # 20x the rate for 1 s over 1000 keys (k0-k999, the steady load's 4 among them), so

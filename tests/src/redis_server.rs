@@ -113,12 +113,47 @@ impl RedisServer {
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
+    /// Freezes the server (`SIGSTOP`): its connections stay open and the kernel still
+    /// accepts new ones, but nothing is answered — a frozen VM, a host stalled — until
+    /// [`RedisServer::thaw`]. A frozen server is killed on drop as any other.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a frozen server run again (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("a running redis-server to signal")
+            .id();
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill(1) to run");
+        assert!(status.success(), "kill -{name} {pid}: {status}");
+    }
+
     /// Kills the server (SIGKILL: no goodbye to clients).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Kills the server (SIGKILL), waits `pause`, and starts it again on the same port;
+    /// returns once it answers `PING`: a restart that takes about `pause` longer than
+    /// [`RedisServer::restart`].
+    pub fn restart_after(&mut self, pause: Duration) {
+        self.kill();
+        std::thread::sleep(pause);
+        self.restart();
     }
 
     /// (Re)starts the server on the same port and waits until it answers `PING`.
@@ -246,7 +281,26 @@ impl RedisCluster {
     /// As [`RedisCluster::start`], with extra arguments for every node (e.g.
     /// `--cluster-node-timeout 1000`, `--cluster-require-full-coverage no`).
     pub fn start_with(n: usize, extra: &[&str]) -> Self {
-        Self::spawn(n, extra, None)
+        Self::spawn(n, 0, extra, None)
+    }
+
+    /// `masters` (≥ 3) masters with one replica each, with extra arguments for every node;
+    /// returns once the Cluster is ok and every replica's link to its master is up. Which
+    /// node is which: [`RedisCluster::node_of_key`], [`RedisCluster::replica_of`].
+    pub fn start_with_replicas(masters: usize, extra: &[&str]) -> Self {
+        let cluster = Self::spawn(2 * masters, 1, extra, None);
+        for node in &cluster.nodes {
+            wait_for(
+                Duration::from_secs(20),
+                "every replica's link to its master",
+                || {
+                    query(node.port(), "INFO replication").is_ok_and(|i| {
+                        i.contains("role:master") || i.contains("master_link_status:up")
+                    })
+                },
+            );
+        }
+        cluster
     }
 
     /// Starts `n` (≥ 3) cluster-enabled servers that also serve TLS on ports of their own
@@ -254,10 +308,11 @@ impl RedisCluster {
     /// too (`--tls-cluster yes`): Cluster commands over TLS name the TLS ports. The plain
     /// ports stay open for the tests' own commands.
     pub fn start_tls(n: usize, pki: &crate::tls::TestPki) -> Self {
-        Self::spawn(n, &["--cluster-node-timeout", "5000"], Some(pki))
+        Self::spawn(n, 0, &["--cluster-node-timeout", "5000"], Some(pki))
     }
 
-    fn spawn(n: usize, extra: &[&str], pki: Option<&crate::tls::TestPki>) -> Self {
+    /// `n` nodes joined by `redis-cli --cluster create` with `replicas` replicas per master.
+    fn spawn(n: usize, replicas: usize, extra: &[&str], pki: Option<&crate::tls::TestPki>) -> Self {
         let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..n)
             .map(|_| {
@@ -302,7 +357,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -357,6 +412,37 @@ impl RedisCluster {
     /// The nodes, to kill or restart one.
     pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
         &mut self.nodes
+    }
+
+    /// The index in [`RedisCluster::nodes`] of the replica of the node at `master`, as the
+    /// Cluster reports it (`CLUSTER NODES`, asked of another node).
+    pub fn replica_of(&self, master: usize) -> usize {
+        let asked = self.nodes[(master + 1) % self.nodes.len()].port();
+        let nodes = query(asked, "CLUSTER NODES").unwrap();
+        let rows: Vec<Vec<&str>> = nodes
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .filter(|f| f.len() >= 8)
+            .collect();
+        let port_of = |f: &[&str]| -> u16 {
+            f[1].split('@')
+                .next()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap()
+        };
+        let port = self.nodes[master].port();
+        let id = rows
+            .iter()
+            .find(|f| port_of(f) == port)
+            .map(|f| f[0])
+            .unwrap_or_else(|| panic!("node {port} not in CLUSTER NODES"));
+        let replica = rows
+            .iter()
+            .find(|f| f[3] == id)
+            .map(|f| port_of(f))
+            .unwrap_or_else(|| panic!("no replica of {port} in CLUSTER NODES"));
+        self.nodes.iter().position(|n| n.port() == replica).unwrap()
     }
 
     /// The index in [`RedisCluster::nodes`] of the master serving `key`'s slot, as the

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
     Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy, SystemClock,
@@ -15,24 +16,22 @@ use turnstile_core::{
 
 use crate::call::{Call, Which};
 use crate::cluster::{slot_of, ClusterConn};
-use crate::conn::NodeConn;
 use crate::fault::{redis_error, Failed, Fault};
-use crate::health::{Change, Health, HealthConfig, NodeDown, NodeHealth};
+use crate::health::{Attempt, Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
 use crate::library::Scripts;
 use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
+use crate::target::Target;
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
 /// times are not the server's time, so a TTL derived from them could expire state mid-run.
 pub const SIMULATION_MIN_TTL: Duration = Duration::from_secs(600);
 
-/// What the backend talks to.
-pub(crate) enum Target {
-    /// A single node, or the primary Sentinels name: one shared multiplexed connection.
-    Single(NodeConn),
-    /// A Cluster: one shared Cluster connection, health per master.
-    Cluster(ClusterConn),
-}
+/// How long a check that timed out is still awaited for its late reply, to refund what the
+/// script charged after its caller gave up: 30 s. A reply later than that (a server frozen
+/// longer) is not waited for, and its charge stays: the connection it was on is let go
+/// rather than held open for a reply that may never come (a connection gone silent).
+pub(crate) const LATE_REPLY_WAIT: Duration = Duration::from_secs(30);
 
 /// A [`Backend`] in Redis — a single node, a Cluster, or the primary Redis Sentinel names
 /// (feature `sentinel`) — so every process of a fleet enforces one limit.
@@ -63,7 +62,15 @@ pub(crate) enum Target {
 /// ([`failure_threshold`](crate::RedisBackendBuilder::failure_threshold)), per master on a
 /// Cluster — and then its checks fail fast with a [`BackendError::Connection`] holding
 /// [`NodeDown`] until, after the retry interval
-/// ([`DEFAULT_RETRY_INTERVAL`](crate::DEFAULT_RETRY_INTERVAL)), one check probes it back.
+/// ([`DEFAULT_RETRY_INTERVAL`](crate::DEFAULT_RETRY_INTERVAL)), one check probes it back —
+/// on a connection made since, never on the one that failed it; a node whose failures only
+/// said it is away for a moment (refused or closed connections, `READONLY`, `LOADING`) is
+/// probed again within 5 to 100 ms instead. A connection that stops answering without being
+/// closed (a lost NAT entry, a frozen host) is replaced once calls on it time out round after
+/// round, and on a Cluster the new connection takes over only when every master answers
+/// through it. Connections are made in the background, one attempt at a time, and the
+/// backend starts warming up (connect, check, load the library) as it is built inside a
+/// Tokio runtime, so a first burst finds it ready.
 /// What a request gets then is the caller's failure policy (`turnstile_core::FailurePolicy`:
 /// the tower layer falls back to a local limiter by default); the local deny cache is
 /// `turnstile_core::wrap::DenyCache`.
@@ -124,12 +131,15 @@ impl<C> fmt::Debug for RedisBackend<C> {
 pub(crate) struct Inner<C> {
     pub(crate) target: Target,
     /// The library and scripts, and how they run.
-    pub(crate) scripts: Scripts,
+    pub(crate) scripts: Arc<Scripts>,
     pub(crate) prefix: String,
     pub(crate) keys: KeyEncoding,
     /// The node(s) as logs and errors name them: the URLs without credentials.
     pub(crate) node: String,
     pub(crate) timeout: Duration,
+    /// How long a call with no timeout of its own waits for a connection: the longer of
+    /// the timeout and the connection timeout.
+    pub(crate) connect_wait: Duration,
     pub(crate) retry_interval: Duration,
     /// Times the retry interval.
     pub(crate) clock: C,
@@ -194,10 +204,7 @@ impl<C: Clock> RedisBackend<C> {
             redis_calls: self.inner.stats.redis_calls.load(Ordering::Relaxed),
             late_refunds: self.inner.stats.late_refunds.load(Ordering::Relaxed),
             script_loads: self.inner.scripts.loads(),
-            connects: match &self.inner.target {
-                Target::Single(n) => n.connects(),
-                Target::Cluster(c) => c.connects(),
-            },
+            connects: self.inner.target.connects(),
         }
     }
 
@@ -219,13 +226,14 @@ impl<C: Clock> RedisBackend<C> {
         now_ms: Option<u64>,
     ) -> Result<(u64, Decision), BackendError> {
         let state_key = self.inner.keys.states_key_of(&self.inner.prefix, key);
-        self.call_on_node(&state_key, sets, op, cost, now_ms)
+        let deadline = Instant::now() + self.inner.connect_wait;
+        self.call_on_node(&state_key, sets, op, cost, now_ms, deadline)
             .await
             .map_err(|f| f.error)
     }
 
     /// [`Self::call`] for the client whose state string is `state_key`, telling what a
-    /// failure says about the node.
+    /// failure says about the node; nothing is sent after `deadline`.
     async fn call_on_node(
         &self,
         state_key: &str,
@@ -233,6 +241,7 @@ impl<C: Clock> RedisBackend<C> {
         op: Op,
         cost: u64,
         now_ms: Option<u64>,
+        deadline: Instant,
     ) -> Result<(u64, Decision), Failed> {
         if now_ms.is_some_and(|t| t > MAX_EXACT) {
             return Err(Failed::local(BackendError::InvalidRequest(
@@ -250,7 +259,7 @@ impl<C: Clock> RedisBackend<C> {
         };
         check_args(&mut inv, sets, op, cost, now_ms, min_ttl).map_err(Failed::local)?;
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let reply: redis::Value = self.invoke(&inv, state_key).await?;
+        let reply: redis::Value = self.inner.target.invoke(&inv, state_key, deadline).await?;
         let request = |error| Failed {
             error,
             fault: Fault::Request,
@@ -258,27 +267,26 @@ impl<C: Clock> RedisBackend<C> {
         parse_reply(&array(reply, "check").map_err(request)?, sets).map_err(request)
     }
 
-    /// Runs `call`, whose keys are all in the slot of `key`, on its node.
-    async fn invoke(&self, call: &Call, key: &str) -> Result<redis::Value, Failed> {
-        let scripts = &self.inner.scripts;
-        match &self.inner.target {
-            Target::Single(node) => node.invoke(call, scripts).await,
-            Target::Cluster(cluster) => {
-                cluster.invoke(call, scripts, slot_of(key.as_bytes())).await
-            }
-        }
-    }
-
-    /// Bounds `fut` by the per-call timeout.
+    /// Bounds `fut` by the per-call timeout. A call that timed out waiting for a connection
+    /// fails with what the last attempt to make one said (a refused connection, say).
     pub(crate) async fn timed<T>(
         &self,
         fut: impl Future<Output = Result<T, BackendError>>,
     ) -> Result<T, BackendError> {
-        tokio::time::timeout(self.inner.timeout, fut)
-            .await
-            .unwrap_or(Err(BackendError::Timeout {
-                after: self.inner.timeout,
-            }))
+        match tokio::time::timeout(self.inner.timeout, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(self.timed_out().error),
+        }
+    }
+
+    /// The failure of a call that timed out: what the last attempt to connect said, when the
+    /// call was still waiting for a connection, else a timeout.
+    fn timed_out(&self) -> Failed {
+        let inner = &*self.inner;
+        inner
+            .target
+            .unconnected()
+            .unwrap_or_else(|| Failed::timeout(inner.timeout))
     }
 
     /// Checks on Redis only — no failure policy, no retry interval, no timeout — with the
@@ -318,7 +326,11 @@ impl<C: Clock> RedisBackend<C> {
         for a in args {
             inv.arg(*a);
         }
-        let call = async { self.invoke(&inv, &first_key).await.map_err(|f| f.error) };
+        let deadline = Instant::now() + inner.connect_wait;
+        let call = async {
+            let reply = inner.target.invoke(&inv, &first_key, deadline).await;
+            reply.map_err(|f| f.error)
+        };
         let reply: redis::Value = self.timed(call).await?;
         parse_config(&array(reply, "configuration")?, key)
     }
@@ -333,7 +345,8 @@ impl<C: Clock> RedisBackend<C> {
         let Target::Single(node) = &self.inner.target else {
             return Ok(0);
         };
-        let mut conn = node.get().await.map_err(|f| f.error)?.conn;
+        let deadline = Instant::now() + self.inner.connect_wait;
+        let mut conn = node.connection(deadline).await.map_err(|f| f.error)?;
         let pattern = format!("{}:*", self.inner.prefix);
         let mut cursor: u64 = 0;
         let mut deleted = 0;
@@ -383,10 +396,19 @@ impl<C: Clock> RedisBackend<C> {
         let attempt = node
             .begin_at(|| inner.clock.now_ms())
             .map_err(|down: NodeDown| BackendError::Connection(Box::new(down)))?;
-        if let (true, Some(c)) = (attempt.is_probe(), cluster) {
-            // A replica may have taken the slots of the master being probed.
-            c.refresh_in_background();
+        if attempt.is_probe() {
+            // A node counted down is probed on a connection made since, not on the one that
+            // failed it, and never waits within its own timeout for one to be made.
+            if !inner.target.probe_ready() {
+                return Err(BackendError::Connection(Box::new(attempt.defer())));
+            }
+            if let Some(c) = cluster {
+                // A replica may have taken the slots of the master being probed.
+                c.refresh_in_background();
+            }
         }
+        let started = inner.target.generation();
+        let deadline = Instant::now() + inner.timeout;
         // The call runs to its end even when the caller stops waiting: a script Redis runs
         // after the timeout may have charged a request the caller refused or decided
         // elsewhere, and is then refunded (a request is never charged for nothing).
@@ -394,46 +416,92 @@ impl<C: Clock> RedisBackend<C> {
         let mut call = Box::pin(async move {
             let tiers = tier_list(&limits);
             let result = this
-                .call_on_node(&key, sets(&limits, &tiers), Op::Check, cost, now_ms)
+                .call_on_node(
+                    &key,
+                    sets(&limits, &tiers),
+                    Op::Check,
+                    cost,
+                    now_ms,
+                    deadline,
+                )
                 .await;
             (result, this, key, limits)
         });
-        let result = match tokio::time::timeout(inner.timeout, &mut call).await {
+        let result = match tokio::time::timeout_at(deadline, &mut call).await {
             Ok((result, ..)) => result,
             Err(_) => {
-                tokio::spawn(async move {
-                    let (late, this, key, limits) = call.await;
-                    if let Ok((_, decision)) = late {
-                        if decision.allowed() && cost > 0 {
-                            this.refund_late(&key, &limits, cost, now_ms).await;
-                        }
-                    }
-                });
-                Err(Failed::timeout(inner.timeout))
+                tokio::spawn(Self::finish_late(call, cost, now_ms));
+                Err(self.timed_out())
             }
         };
-        let failed = match result {
+        match result {
             Ok((_, decision)) => {
                 attempt.answered();
-                return Ok(decision);
+                Ok(decision)
             }
-            Err(f) => f,
-        };
-        if failed.fault.counts_against_node() {
+            Err(failed) => {
+                self.settle(attempt, failed.fault, started, cluster);
+                Err(failed.error)
+            }
+        }
+    }
+
+    /// What a call that began at connection generation `started` and failed with `fault`
+    /// tells about its node: its health, and whether its connection is replaced.
+    fn settle(&self, attempt: Attempt, fault: Fault, started: u64, cluster: Option<&ClusterConn>) {
+        let inner = &*self.inner;
+        if fault.counts_against_node() {
             let change = attempt.failed(
                 inner.clock.now_ms(),
                 inner.health_config.failure_threshold,
                 inner.retry_interval,
+                fault,
             );
+            if replaces(change, fault) {
+                inner.target.replace(started, || inner.health.down());
+            }
             if let (Change::WentDown, Some(c)) = (change, cluster) {
                 c.refresh_in_background();
             }
-        } else if failed.fault == Fault::Local {
+        } else if fault == Fault::Local {
             attempt.release();
         } else {
             attempt.answered();
         }
-        Err(failed.error)
+    }
+
+    /// Awaits a check its caller gave up on, for at most [`LATE_REPLY_WAIT`], and refunds
+    /// what it charged.
+    async fn finish_late(
+        call: Pin<
+            Box<impl Future<Output = (Result<(u64, Decision), Failed>, Self, String, Limits)>>,
+        >,
+        cost: u64,
+        now_ms: Option<u64>,
+    ) {
+        let Ok((late, this, key, limits)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await
+        else {
+            return;
+        };
+        if let Ok((_, decision)) = late {
+            if decision.allowed() && cost > 0 {
+                this.refund_late(&key, &limits, cost, now_ms).await;
+            }
+        }
+    }
+}
+
+/// Whether a failed round that changed a node's health as `change` says, for `fault`, calls
+/// for a new connection to the node: when it has just come to count as down (so it is probed
+/// on a fresh connection), when its probe timed out, and when calls time out in a second round
+/// in a row (a connection that stopped answering without being closed answers nothing again;
+/// one slow round alone — a burst, a slow script — keeps it).
+fn replaces(change: Change, fault: Fault) -> bool {
+    match change {
+        Change::WentDown => true,
+        Change::ProbeFailed => !fault.quick(),
+        Change::Counted(rounds) => rounds >= 2 && fault == Fault::Timeout,
+        Change::None => false,
     }
 }
 
@@ -443,12 +511,20 @@ impl<C: Clock> RedisBackend<C> {
     async fn refund_late(&self, key: &str, limits: &Limits, cost: u64, now_ms: Option<u64>) {
         let tiers = tier_list(limits);
         // Generous: the refund is the only thing left to do for this request.
+        let deadline = Instant::now() + self.inner.timeout.saturating_mul(10);
         let refund = async {
-            self.call_on_node(key, sets(limits, &tiers), Op::Refund, cost, now_ms)
-                .await
-                .map_err(|f| f.error)
+            self.call_on_node(
+                key,
+                sets(limits, &tiers),
+                Op::Refund,
+                cost,
+                now_ms,
+                deadline,
+            )
+            .await
+            .map_err(|f| f.error)
         };
-        match tokio::time::timeout(self.inner.timeout.saturating_mul(10), refund).await {
+        match tokio::time::timeout_at(deadline, refund).await {
             Ok(Ok(_)) => {
                 self.inner
                     .stats

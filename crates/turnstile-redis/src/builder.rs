@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use turnstile_core::{Clock, SystemClock};
 
-use crate::backend::{Counters, Inner, RedisBackend, Target};
+use crate::backend::{Counters, Inner, RedisBackend};
 use crate::cluster::ClusterConn;
 use crate::conn::{NodeConn, Source};
 use crate::error::InvalidRedisConfig;
@@ -14,14 +14,15 @@ use crate::health::{Health, HealthConfig};
 use crate::keys::KeyEncoding;
 use crate::library::{ScriptMode, Scripts};
 use crate::sentinel;
+use crate::target::Target;
 use crate::tls::TlsFiles;
 
 /// The default key prefix. The `v1` is the stored format's version, so two releases that
 /// store state differently never misread each other's keys.
 pub const DEFAULT_PREFIX: &str = "turnstile:v1";
 
-/// The default per-call timeout: 100 ms, covering taking a connection from the pool and the
-/// script's round trip.
+/// The default per-call timeout: 100 ms, covering the wait for a connection (when there is
+/// none yet) and the script's round trip.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The default time a node that counts as down is left alone before one request probes it:
@@ -160,10 +161,15 @@ impl<C> RedisBackendBuilder<C> {
         }
     }
 
-    /// Builds the backend. No connection is made yet: the first check connects, so a
-    /// backend can be built while Redis is down. For `rediss://` URLs the TLS files and the
-    /// system trust store are read now, and rustls's `ring` crypto provider is installed as
-    /// the process default unless the application installed one before.
+    /// Builds the backend. It never waits for Redis, so a backend can be built while Redis
+    /// is down. Built inside a Tokio runtime, it starts warming up at once in the
+    /// background: it connects, checks the server and loads the Function library, so the
+    /// first checks (a burst at start-up) find a connection ready rather than each waiting
+    /// for one within its timeout; built outside one, the first check starts it. Checks that
+    /// come before the warm-up ends wait for it within their timeout (and fail as timed out,
+    /// or with the connection's error, when it takes longer). For `rediss://` URLs the TLS
+    /// files and the system trust store are read now, and rustls's `ring` crypto provider is
+    /// installed as the process default unless the application installed one before.
     ///
     /// # Errors
     /// [`InvalidRedisConfig::Url`] for a URL that does not parse (or a Sentinel URL without
@@ -185,6 +191,7 @@ impl<C> RedisBackendBuilder<C> {
         // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
         // would cut in first on a loaded machine and fail calls we are willing to wait for.
         let connect_timeout = self.timeout.max(Duration::from_secs(1));
+        let scripts = Arc::new(Scripts::new(self.script_mode));
         let connection = redis::AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(connect_timeout));
@@ -198,7 +205,9 @@ impl<C> RedisBackendBuilder<C> {
                 sentinel::SentinelSpec::parse(&self.urls).map_err(InvalidRedisConfig::Url)?;
             crate::tls::refuse_for_sentinel(&self.tls)?;
             let name = spec.name();
-            (sentinel_target(spec, name.clone(), connection)?, name)
+            let target =
+                sentinel_target(spec, name.clone(), connection, &scripts, connect_timeout)?;
+            (target, name)
         } else {
             let urls: Vec<String> = self
                 .urls
@@ -220,27 +229,29 @@ impl<C> RedisBackendBuilder<C> {
                 .collect::<Vec<_>>()
                 .join(",");
             let target = if cluster {
-                let client = connect
-                    .cluster_certificates(redis::cluster::ClusterClientBuilder::new(urls))
-                    .connection_timeout(connect_timeout)
-                    .response_timeout(connect_timeout)
-                    .overall_response_timeout(None)
-                    .build()
-                    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
-                Target::Cluster(ClusterConn::new(client, node.clone()))
+                let limits = (connect_timeout, self.timeout);
+                cluster_target(urls, connect, node.clone(), &scripts, limits)?
             } else {
                 let info = connect.connection_info(&urls[0])?;
-                Target::Single(NodeConn::new(Source::Url(info), node.clone(), connection))
+                Target::Single(NodeConn::new(
+                    Source::Url(info),
+                    node.clone(),
+                    connection,
+                    Arc::clone(&scripts),
+                    attempt_limit(connect_timeout),
+                ))
             };
             (target, node)
         };
+        target.warm();
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 target,
-                scripts: Scripts::new(self.script_mode),
+                scripts,
                 prefix: self.prefix,
                 keys: self.keys,
                 timeout: self.timeout,
+                connect_wait: connect_timeout,
                 retry_interval: self.retry_interval,
                 node,
                 clock: self.clock,
@@ -276,16 +287,58 @@ impl<C> RedisBackendBuilder<C> {
     }
 }
 
+/// A Cluster of seed `urls`, connected as `connect` says; `limits` are the connection
+/// timeout and the per-call timeout.
+fn cluster_target(
+    urls: Vec<String>,
+    connect: crate::tls::Connect,
+    node: String,
+    scripts: &Arc<Scripts>,
+    (connect_timeout, timeout): (Duration, Duration),
+) -> Result<Target, InvalidRedisConfig> {
+    let make = move |seeds: Vec<String>| {
+        connect
+            .cluster_certificates(redis::cluster::ClusterClientBuilder::new(seeds))
+            .connection_timeout(connect_timeout)
+            .response_timeout(connect_timeout)
+            .overall_response_timeout(None)
+            .build()
+    };
+    let cluster = ClusterConn::new(
+        urls,
+        Box::new(make),
+        node,
+        Arc::clone(scripts),
+        connect_timeout,
+        // A master answers a read well within this, or counts as not answering.
+        timeout.max(Duration::from_millis(250)),
+    )
+    .map_err(|e| InvalidRedisConfig::Url(e.to_string()))?;
+    Ok(Target::Cluster(cluster))
+}
+
+/// The longest one attempt to connect to a single node may take: the connection with its
+/// handshake (bounded by `connect_timeout` in redis-rs, after asking the Sentinels), then the
+/// server checks and the library's load.
+fn attempt_limit(connect_timeout: Duration) -> Duration {
+    connect_timeout.saturating_mul(2)
+}
+
 #[cfg(feature = "sentinel")]
 fn sentinel_target(
     spec: sentinel::SentinelSpec,
     name: String,
     connection: redis::AsyncConnectionConfig,
+    scripts: &Arc<Scripts>,
+    connect_timeout: Duration,
 ) -> Result<Target, InvalidRedisConfig> {
     Ok(Target::Single(NodeConn::new(
         Source::Sentinel(spec),
         name,
         connection,
+        Arc::clone(scripts),
+        // The Sentinels are asked first.
+        attempt_limit(connect_timeout).saturating_add(connect_timeout),
     )))
 }
 
@@ -294,6 +347,8 @@ fn sentinel_target(
     _: sentinel::SentinelSpec,
     _: String,
     _: redis::AsyncConnectionConfig,
+    _: &Arc<Scripts>,
+    _: Duration,
 ) -> Result<Target, InvalidRedisConfig> {
     Err(InvalidRedisConfig::Url(
         "redis+sentinel:// URLs need turnstile-redis's `sentinel` feature".into(),

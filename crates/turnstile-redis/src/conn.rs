@@ -1,7 +1,8 @@
 //! The connection to one node — a single Redis, or the primary Sentinel names: one
-//! multiplexed (pipelined) connection shared by every call, replaced when it is known closed
-//! or the node answers that it cannot serve us, and one retry of a call that provably did not
-//! run.
+//! multiplexed (pipelined) connection shared by every call, made in the background (see
+//! [`connector`](crate::connector)), replaced when it is known closed, when the node answers
+//! that it cannot serve us, or when calls on it time out round after round, and one retry of a
+//! call that provably did not run.
 //!
 //! Why one multiplexed connection and not a pool: every call is one short script call whose
 //! reply carries everything the caller needs, so calls never wait on each other's replies
@@ -16,21 +17,33 @@
 //! out on such a connection: a fresh one is made first. On a RESP2-only server (Redis 5) a
 //! closed connection is found by the call that fails on it (never retried: it may have
 //! reached the server), and the next call reconnects.
+//!
+//! A connection that stops answering without being closed (a lost NAT or conntrack entry, a
+//! host gone without a reset, a frozen VM) is never known closed; TCP keepalive would take
+//! minutes to tell. Its calls time out instead, and the backend replaces it (see
+//! `RedisBackend::run`): at the second timed-out round in a row, and whenever the node comes
+//! to count as down or a probe times out, so the probe goes out on a fresh connection.
+//!
+//! Each new connection is made ready before any call uses it: the server checked
+//! ([`ServerChecks`]) and the Function library loaded ([`Scripts::first_load`]), so a burst of
+//! calls on a fresh connection (a cold start, a restart) finds it warm.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{
     self, AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, PushInfo, PushKind,
     RedisResult, Value,
 };
-use turnstile_core::BackendError;
+use tokio::time::Instant;
 
 use crate::call::Call;
-use crate::fault::{Failed, Fault};
+use crate::connector::{self, Connect, Held, Slot};
+use crate::fault::{Failed, NoConnection};
 use crate::library::{Path, Scripts};
-use crate::server::{Refused, ServerChecks};
+use crate::server::{is_connection_failure, ServerChecks};
 
 /// Where new connections come from.
 pub(crate) enum Source {
@@ -60,124 +73,191 @@ impl Source {
     }
 }
 
-/// A connection in use, and whether its reader has seen it close.
+/// A connection in use: whether its reader has seen it close, and the path its calls take.
 #[derive(Clone)]
 pub(crate) struct Live {
     pub(crate) conn: MultiplexedConnection,
     closed: Arc<AtomicBool>,
-    id: u64,
+    /// [`Path`] as a number (see [`path_code`]): a new connection (a restart, a failover)
+    /// learns it when it is made ready.
+    path: Arc<AtomicU8>,
 }
 
 impl Live {
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
-}
 
-/// The connection to one node.
-pub(crate) struct NodeConn {
-    source: Source,
-    /// The node as logs name it.
-    name: String,
-    config: AsyncConnectionConfig,
-    current: Mutex<Option<Live>>,
-    /// One connection attempt at a time: callers that find no live connection wait for it.
-    connecting: tokio::sync::Mutex<()>,
-    /// False once the server refused RESP3 (`HELLO`): connections speak RESP2 from then on.
-    resp3: AtomicBool,
-    next_id: AtomicU64,
-    connects: AtomicU64,
-    checks: ServerChecks,
-    /// The path of the current connection's calls (see [`PathOf`]).
-    path: PathOf,
-}
-
-/// The path calls take on one connection: a new connection (a restart, a failover) starts
-/// unknown, so its first call loads the library (see [`Scripts::invoke`]). Packs the
-/// connection's id and the path in one word.
-#[derive(Default)]
-struct PathOf(AtomicU64);
-
-impl PathOf {
-    fn get(&self, id: u64) -> Path {
-        let v = self.0.load(Ordering::Relaxed);
-        match (v >> 2 == id, v & 3) {
-            (true, 1) => Path::Functions,
-            (true, 2) => Path::Eval,
+    fn path(&self) -> Path {
+        match self.path.load(Ordering::Relaxed) {
+            1 => Path::Functions,
+            2 => Path::Eval,
             _ => Path::Unknown,
         }
     }
 
-    fn set(&self, id: u64, path: Path) {
-        let code = match path {
-            Path::Unknown => 0,
-            Path::Functions => 1,
-            Path::Eval => 2,
-        };
-        self.0.store(id << 2 | code, Ordering::Relaxed);
+    fn set_path(&self, path: Path) {
+        self.path.store(path_code(path), Ordering::Relaxed);
+    }
+}
+
+fn path_code(path: Path) -> u8 {
+    match path {
+        Path::Unknown => 0,
+        Path::Functions => 1,
+        Path::Eval => 2,
+    }
+}
+
+/// The connection to one node.
+pub(crate) struct NodeConn(Arc<Node>);
+
+struct Node {
+    source: Source,
+    /// The node as logs name it.
+    name: String,
+    config: AsyncConnectionConfig,
+    /// Bounds one connection attempt: connecting, the checks, the library's load.
+    attempt_limit: Duration,
+    slot: Slot<Live>,
+    /// False once the server refused RESP3 (`HELLO`): connections speak RESP2 from then on.
+    resp3: AtomicBool,
+    connects: AtomicU64,
+    checks: ServerChecks,
+    scripts: Arc<Scripts>,
+}
+
+impl Connect for Node {
+    type Conn = Live;
+
+    fn slot(&self) -> &Slot<Live> {
+        &self.slot
+    }
+
+    fn open(&self) -> impl std::future::Future<Output = Result<Live, NoConnection>> + Send {
+        // Boxed: its future (redis-rs's handshake) is kilobytes.
+        Box::pin(self.open_live())
+    }
+
+    fn attempt_limit(&self) -> Duration {
+        self.attempt_limit
+    }
+
+    fn usable(live: &Live) -> bool {
+        !live.is_closed()
     }
 }
 
 impl NodeConn {
-    pub(crate) fn new(source: Source, name: String, config: AsyncConnectionConfig) -> Self {
-        NodeConn {
+    pub(crate) fn new(
+        source: Source,
+        name: String,
+        config: AsyncConnectionConfig,
+        scripts: Arc<Scripts>,
+        attempt_limit: Duration,
+    ) -> Self {
+        NodeConn(Arc::new(Node {
             source,
             name,
             config,
-            current: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            attempt_limit,
+            slot: Slot::new(),
             resp3: AtomicBool::new(true),
-            next_id: AtomicU64::new(0),
             connects: AtomicU64::new(0),
             checks: ServerChecks::default(),
-            path: PathOf::default(),
-        }
+            scripts,
+        }))
     }
 
     /// Connections made so far.
     pub(crate) fn connects(&self) -> u64 {
-        self.connects.load(Ordering::Relaxed)
+        self.0.connects.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Live>> {
-        self.current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// See [`Slot::generation`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.0.slot.generation()
     }
 
-    fn live(&self) -> Option<Live> {
-        self.lock().as_ref().filter(|l| !l.is_closed()).cloned()
+    /// See [`connector::probe_ready`].
+    pub(crate) fn probe_ready(&self) -> bool {
+        connector::probe_ready(&self.0)
     }
 
-    /// The connection to use: the current one unless it is known closed, else a new one.
+    /// Drops the connection a call that began at `started` used, unless a newer one replaced
+    /// it, and makes a new one in the background.
+    pub(crate) fn replace(&self, started: u64) {
+        connector::replace(&self.0, started, true);
+    }
+
+    /// Makes the first connection in the background.
+    pub(crate) fn warm(&self) {
+        connector::warm(&self.0);
+    }
+
+    /// Why there is no connection, when an attempt failed (see [`connector::unconnected`]).
+    pub(crate) fn unconnected(&self) -> Option<Failed> {
+        connector::unconnected(&*self.0)
+    }
+
+    /// A connection for commands of our own, waited for until `deadline`.
     ///
     /// # Errors
-    /// [`Fault::Unreachable`] when no connection could be made; [`Fault::Unsupported`] when
-    /// the server is older than the scripts need.
-    pub(crate) async fn get(&self) -> Result<Live, Failed> {
-        if let Some(l) = self.live() {
-            return Ok(l);
-        }
-        let _one = self.connecting.lock().await;
-        if let Some(l) = self.live() {
-            return Ok(l);
-        }
-        // Boxed: connecting is rare, and its future (redis-rs's handshake) is kilobytes, which
-        // every call's future would otherwise carry and copy.
-        let live = Box::pin(self.open()).await?;
-        *self.lock() = Some(live.clone());
-        Ok(live)
+    /// What [`connector::get`] says.
+    pub(crate) async fn connection(
+        &self,
+        deadline: Instant,
+    ) -> Result<MultiplexedConnection, Failed> {
+        Ok(connector::get(&self.0, deadline).await?.conn.conn)
     }
 
-    /// Drops connection `id` if it is still the current one: the next call makes a new one.
-    fn discard(&self, id: u64) {
-        let mut current = self.lock();
-        if current.as_ref().is_some_and(|l| l.id == id) {
-            *current = None;
+    /// Runs `call` on the node: on the current connection, or a fresh one when it is known
+    /// closed; once more on a fresh connection when the first try provably did not run the
+    /// script (no connection could be made; `READONLY`, `LOADING`, `MASTERDOWN`; `NOSCRIPT`)
+    /// and `deadline` has not passed. A call that timed out or lost its connection after it was
+    /// written is never retried. No call is sent after `deadline`.
+    ///
+    /// # Errors
+    /// The last failure, with what it says about the node.
+    pub(crate) async fn invoke(&self, call: &Call, deadline: Instant) -> Result<Value, Failed> {
+        let node = &*self.0;
+        let mut retried = false;
+        loop {
+            let failed = match connector::get(&self.0, deadline).await {
+                Ok(Held { id, conn: live }) => {
+                    let known = live.path();
+                    let mut conn = live.conn.clone();
+                    let (result, path) = node
+                        .scripts
+                        .invoke(&mut conn, call, known, &node.name)
+                        .await;
+                    if path != known {
+                        live.set_path(path);
+                    }
+                    match result {
+                        Ok(v) => return Ok(v),
+                        Err(e) => {
+                            let f = Failed::call(e, &node.name);
+                            if f.fault.reconnects() {
+                                node.slot.discard(id);
+                            }
+                            f
+                        }
+                    }
+                }
+                Err(f) => f,
+            };
+            if retried || !failed.fault.retries() || Instant::now() >= deadline {
+                return Err(failed);
+            }
+            retried = true;
         }
     }
+}
 
-    async fn open(&self) -> Result<Live, Failed> {
+impl Node {
+    /// One connection, checked, its library loaded.
+    async fn open_live(&self) -> Result<Live, NoConnection> {
         let closed = Arc::new(AtomicBool::new(false));
         let mut conn = None;
         if self.resp3.load(Ordering::Relaxed) {
@@ -203,7 +283,7 @@ impl NodeConn {
                     );
                     self.resp3.store(false, Ordering::Relaxed);
                 }
-                Err(e) => return Err(Failed::connect(e, &self.name)),
+                Err(e) => return Err(NoConnection::connect(e, &self.name)),
             }
         }
         let mut conn = match conn {
@@ -212,69 +292,29 @@ impl NodeConn {
                 .source
                 .connect(redis::ProtocolVersion::RESP2, &self.config)
                 .await
-                .map_err(|e| Failed::connect(e, &self.name))?,
+                .map_err(|e| NoConnection::connect(e, &self.name))?,
         };
         self.checks
             .run(&mut conn, &self.name)
             .await
-            .map_err(|r| refused(r, &self.name))?;
+            .map_err(|r| NoConnection::refused(r, &self.name))?;
+        let path = match self.scripts.path(Path::Unknown) {
+            Path::Unknown => match self.scripts.first_load(&mut conn, &self.name).await {
+                Ok(path) => path,
+                Err(e) if is_connection_failure(&e) => {
+                    return Err(NoConnection::connect(e, &self.name))
+                }
+                // The node's state (READONLY, LOADING, OOM): the first call meets it too, and
+                // is handled as any call.
+                Err(_) => Path::Unknown,
+            },
+            path => path,
+        };
         self.connects.fetch_add(1, Ordering::Relaxed);
         Ok(Live {
             conn,
             closed,
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            path: Arc::new(AtomicU8::new(path_code(path))),
         })
-    }
-
-    /// Runs `call` on the node: on the current connection, or a fresh one when it is known
-    /// closed; once more on a fresh connection when the first try provably did not run the
-    /// script (no connection could be made; `READONLY`, `LOADING`, `MASTERDOWN`; `NOSCRIPT`).
-    /// A call that timed out or lost its connection after it was written is never retried.
-    /// The first call on each connection loads the Function library (see
-    /// [`Scripts::invoke`]).
-    ///
-    /// # Errors
-    /// The last failure, with what it says about the node.
-    pub(crate) async fn invoke(&self, call: &Call, scripts: &Scripts) -> Result<Value, Failed> {
-        let mut retried = false;
-        loop {
-            let failed = match self.get().await {
-                Ok(mut live) => {
-                    let known = self.path.get(live.id);
-                    let (result, path) = scripts
-                        .invoke(&mut live.conn, call, known, &self.name)
-                        .await;
-                    if path != known {
-                        self.path.set(live.id, path);
-                    }
-                    match result {
-                        Ok(v) => return Ok(v),
-                        Err(e) => {
-                            let f = Failed::call(e, &self.name);
-                            if f.fault.reconnects() {
-                                self.discard(live.id);
-                            }
-                            f
-                        }
-                    }
-                }
-                Err(f) => f,
-            };
-            if retried || !failed.fault.retries() {
-                return Err(failed);
-            }
-            retried = true;
-        }
-    }
-}
-
-/// The failure of a connection the server checks refused.
-pub(crate) fn refused(r: Refused, node: &str) -> Failed {
-    match r {
-        Refused::Connection(e) => Failed::connect(e, node),
-        Refused::Version(v) => Failed {
-            error: BackendError::Connection(Box::new(v)),
-            fault: Fault::Unsupported,
-        },
     }
 }

@@ -1,17 +1,26 @@
 //! What a failed call says about the node and about the call: reconnect or keep the
 //! connection, retry once or never, count against the node or not.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use turnstile_core::BackendError;
 
+use crate::server::{Refused, UnsupportedRedisVersion};
+
 /// How the backend treats one failed call (see [`classify`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
-    /// No connection could be made (refused, unreachable, the handshake failed): nothing was
-    /// sent. Retried once on a fresh connection; counts against the node.
+    /// No connection could be made, and nothing answered that it will not be (refused, reset
+    /// or closed in the handshake, no primary named by the Sentinels): the node is away for
+    /// now, as during a restart or a failover. Nothing was sent. Retried once on a fresh
+    /// connection; counts against the node; cheap to try again soon.
     Unreachable,
+    /// A connection was answered with a refusal (wrong credentials, an ACL, not the Redis
+    /// protocol): nothing was sent. Retried once on a fresh connection; counts against the
+    /// node.
+    Rejected,
     /// The node answered that it cannot serve us, and the script did not run: `READONLY` (a
     /// primary demoted to a replica, or an address that now leads to a replica), `LOADING`,
     /// `MASTERDOWN`. The connection is dropped and the call retried once on a fresh one;
@@ -31,7 +40,8 @@ pub(crate) enum Fault {
     /// `MOVED`, `ASK`, no connection to the slot's node) and gave up on: counts against the
     /// node.
     Cluster,
-    /// The call timed out: it fails; it counts against the node as one failed round.
+    /// The call timed out, or a connection attempt did (no answer at all): it fails; it
+    /// counts against the node as one failed round.
     Timeout,
     /// The node answered with an error about this request (a script error, a key's state):
     /// the node is alive.
@@ -54,7 +64,18 @@ impl Fault {
     pub(crate) fn retries(self) -> bool {
         matches!(
             self,
-            Fault::Unreachable | Fault::CannotServe | Fault::NoScript
+            Fault::Unreachable | Fault::Rejected | Fault::CannotServe | Fault::NoScript
+        )
+    }
+
+    /// Whether the failure was told at once and says the node is away for a moment (a
+    /// restart, a failover): nothing timed out, so finding out whether it is back costs
+    /// little, and a node that counts as down for such failures only is probed again soon
+    /// rather than after the retry interval.
+    pub(crate) fn quick(self) -> bool {
+        matches!(
+            self,
+            Fault::Unreachable | Fault::Dropped | Fault::CannotServe
         )
     }
 
@@ -63,6 +84,7 @@ impl Fault {
         matches!(
             self,
             Fault::Unreachable
+                | Fault::Rejected
                 | Fault::CannotServe
                 | Fault::Dropped
                 | Fault::Overloaded
@@ -125,18 +147,6 @@ impl Failed {
         }
     }
 
-    /// A connection to `node` that could not be made.
-    pub(crate) fn connect(e: RedisError, node: &str) -> Self {
-        Failed {
-            fault: Fault::Unreachable,
-            error: if is_not_redis(&e) {
-                not_redis(&e, node)
-            } else {
-                BackendError::Connection(Box::new(e))
-            },
-        }
-    }
-
     /// An error raised before anything was sent.
     pub(crate) fn local(error: BackendError) -> Self {
         Failed {
@@ -152,6 +162,73 @@ impl Failed {
             fault: Fault::Timeout,
         }
     }
+}
+
+/// A connection attempt that failed, kept to be told to every call that waited for it (a
+/// [`BackendError`] cannot be cloned).
+#[derive(Clone, Debug)]
+pub(crate) enum NoConnection {
+    /// Connecting to `node` failed with `error`.
+    Connect { error: RedisError, node: Arc<str> },
+    /// The server is too old.
+    Version(UnsupportedRedisVersion),
+    /// Nothing answered within this time.
+    Unanswered(Duration),
+}
+
+impl NoConnection {
+    /// The failure of connecting to `node` with `e`.
+    pub(crate) fn connect(e: RedisError, node: &str) -> Self {
+        NoConnection::Connect {
+            error: e,
+            node: Arc::from(node),
+        }
+    }
+
+    /// A connection to `node` the server checks refused.
+    pub(crate) fn refused(r: Refused, node: &str) -> Self {
+        match r {
+            Refused::Connection(e) => NoConnection::connect(e, node),
+            Refused::Version(v) => NoConnection::Version(v),
+        }
+    }
+
+    /// How the failure is treated.
+    pub(crate) fn fault(&self) -> Fault {
+        match self {
+            NoConnection::Connect { error, .. } if error.is_timeout() => Fault::Timeout,
+            NoConnection::Connect { error, .. } if is_away(error) => Fault::Unreachable,
+            NoConnection::Connect { .. } => Fault::Rejected,
+            NoConnection::Version(_) => Fault::Unsupported,
+            NoConnection::Unanswered(_) => Fault::Timeout,
+        }
+    }
+
+    /// The failure a call gets.
+    pub(crate) fn failed(&self) -> Failed {
+        let error = match self {
+            NoConnection::Connect { error, node } if is_not_redis(error) => not_redis(error, node),
+            NoConnection::Connect { error, .. } => {
+                BackendError::Connection(Box::new(error.clone()))
+            }
+            NoConnection::Version(v) => BackendError::Connection(Box::new(v.clone())),
+            NoConnection::Unanswered(after) => BackendError::Timeout { after: *after },
+        };
+        Failed {
+            error,
+            fault: self.fault(),
+        }
+    }
+}
+
+/// Whether a failed connection attempt says the node is away for now rather than refusing
+/// us: refused, reset or closed before the handshake ended (a server stopping or restarting),
+/// or no primary named by the Sentinels (a failover in progress).
+fn is_away(e: &RedisError) -> bool {
+    !is_not_redis(e)
+        && (e.is_connection_refusal()
+            || e.is_connection_dropped()
+            || e.kind() == ErrorKind::MasterNameNotFoundBySentinel)
 }
 
 /// Whether `e` says the reply was not the Redis protocol (RESP). Scripts' replies are taken
@@ -264,6 +341,50 @@ mod tests {
             let f = classify(&reply(line));
             assert_eq!(f, Fault::NoScript, "{line}");
             assert!(f.retries() && !f.reconnects() && !f.counts_against_node());
+        }
+    }
+
+    #[test]
+    fn failed_connections_tell_a_node_away_from_one_refusing_us_or_not_answering() {
+        use std::io::{Error, ErrorKind as Io};
+        let fault = |e: RedisError| NoConnection::connect(e, "redis://n").fault();
+        for away in [
+            RedisError::from(Error::from(Io::ConnectionRefused)),
+            RedisError::from(Error::from(Io::ConnectionReset)),
+            RedisError::from(Error::from(Io::UnexpectedEof)),
+            RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "no primary")),
+        ] {
+            assert_eq!(fault(away.clone()), Fault::Unreachable, "{away}");
+        }
+        assert_eq!(fault(Error::from(Io::TimedOut).into()), Fault::Timeout);
+        for rejected in [
+            RedisError::from((ErrorKind::AuthenticationFailed, "WRONGPASS")),
+            RedisError::from((ErrorKind::Parse, "not RESP")),
+            RedisError::from(Error::from(Io::InvalidData)),
+        ] {
+            assert_eq!(fault(rejected.clone()), Fault::Rejected, "{rejected}");
+        }
+        let not_redis = NoConnection::connect((ErrorKind::Parse, "bad").into(), "redis://n");
+        assert!(not_redis
+            .failed()
+            .error
+            .to_string()
+            .contains("not a Redis server at redis://n"));
+        let late = NoConnection::Unanswered(Duration::from_millis(250)).failed();
+        assert_eq!(late.fault, Fault::Timeout);
+        assert!(matches!(late.error, BackendError::Timeout { after } if after.as_millis() == 250));
+        // Only a node away for a moment is probed again soon.
+        for f in [Fault::Unreachable, Fault::Dropped, Fault::CannotServe] {
+            assert!(f.quick() && f.counts_against_node(), "{f:?}");
+        }
+        for f in [
+            Fault::Timeout,
+            Fault::Rejected,
+            Fault::Overloaded,
+            Fault::Cluster,
+            Fault::Unsupported,
+        ] {
+            assert!(!f.quick() && f.counts_against_node(), "{f:?}");
         }
     }
 

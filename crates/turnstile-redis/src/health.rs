@@ -12,12 +12,22 @@
 //! While a node is down its checks fail fast with [`NodeDown`]. Once the retry interval has
 //! passed, the next check goes through as the probe (the others keep failing fast until it
 //! ends): if it succeeds the node is up again, if it fails the node waits another interval.
+//!
+//! The retry interval gives a node that stopped answering (a timeout) or answered that it is
+//! overloaded a rest. A node whose failures were all told at once and say it is away for a
+//! moment ([`Fault::quick`]: a refused connection, a connection closed by a restart,
+//! `READONLY` or `LOADING` during a failover) is probed again soon instead: after a tenth of
+//! how long it has been failing, between 5 ms and 100 ms (never longer than the retry
+//! interval), so a fast restart costs no retry interval.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use crate::connector::soon_after;
+use crate::fault::Fault;
 
 /// The default number of consecutive failed rounds after which a node counts as down: 3.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
@@ -45,6 +55,8 @@ pub struct NodeDown {
     node: Arc<str>,
     failures: u32,
     retry_in: Duration,
+    /// The probe waits for the node's connection to be replaced.
+    replacing: bool,
 }
 
 impl NodeDown {
@@ -59,7 +71,8 @@ impl NodeDown {
         self.failures
     }
 
-    /// How long until one request probes the node again (zero: a probe is in flight).
+    /// How long until one request probes the node again (zero: a probe is in flight, or
+    /// waits for the node's connection to be replaced).
     pub fn retry_in(&self) -> Duration {
         self.retry_in
     }
@@ -72,7 +85,9 @@ impl fmt::Display for NodeDown {
             "Redis node {} counts as down after {} failed rounds in a row; ",
             self.node, self.failures
         )?;
-        if self.retry_in.is_zero() {
+        if self.replacing {
+            f.write_str("its connection is being replaced before a request probes it")
+        } else if self.retry_in.is_zero() {
             f.write_str("a probe is in flight")
         } else {
             write!(
@@ -99,6 +114,10 @@ pub(crate) struct NodeHealth {
     /// Local time (ms) from which the next probe may go, while down.
     probe_at: AtomicU64,
     probing: AtomicBool,
+    /// Local time (ms) of the first counted failure since the last answer.
+    since: AtomicU64,
+    /// Whether a failure since the last answer was not quick (see [`Fault::quick`]).
+    slow: AtomicBool,
 }
 
 impl NodeHealth {
@@ -110,7 +129,22 @@ impl NodeHealth {
             down: AtomicBool::new(false),
             probe_at: AtomicU64::new(0),
             probing: AtomicBool::new(false),
+            since: AtomicU64::new(0),
+            slow: AtomicBool::new(false),
         }
+    }
+
+    /// Local time (ms) of the next probe after a failure at `now_ms`: the retry interval
+    /// after it when a failure since the last answer was not quick, else soon
+    /// ([`soon_after`] how long the node has been failing; at most the retry interval).
+    fn next_probe(&self, now_ms: u64, retry: Duration) -> u64 {
+        let wait = if self.slow.load(Ordering::Acquire) {
+            retry
+        } else {
+            let failing = now_ms.saturating_sub(self.since.load(Ordering::Acquire));
+            soon_after(Duration::from_millis(failing)).min(retry)
+        };
+        now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// Whether the node counts as down.
@@ -144,6 +178,7 @@ impl NodeHealth {
                     node: Arc::clone(&self.name),
                     failures: self.failures.load(Ordering::Relaxed),
                     retry_in: Duration::from_millis(at.saturating_sub(now_ms)),
+                    replacing: false,
                 });
             }
             probe = true;
@@ -157,12 +192,17 @@ impl NodeHealth {
     }
 }
 
-/// What ending an [`Attempt`] changed.
+/// What ending an [`Attempt`] with a failure changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
+    /// Nothing: the failure belongs to a round already counted.
     None,
+    /// A failed round was counted: this many in a row now, the node not (newly) down.
+    Counted(u32),
     /// The node has just come to count as down.
     WentDown,
+    /// The probe of a node that counts as down failed.
+    ProbeFailed,
 }
 
 /// One call to a node, from [`NodeHealth::begin`] to its outcome. Dropped without an outcome
@@ -190,6 +230,7 @@ impl Attempt {
         // (shared by every worker thread's calls).
         if n.failures.load(Ordering::Relaxed) != 0 {
             n.failures.store(0, Ordering::Relaxed);
+            n.slow.store(false, Ordering::Release);
         }
         if n.down.load(Ordering::Acquire) && n.down.swap(false, Ordering::AcqRel) {
             tracing::info!(node = %n.name, "Redis node answers again; its checks go to it again");
@@ -199,17 +240,25 @@ impl Attempt {
         }
     }
 
-    /// The call failed at local time `now_ms` in a way that counts against the node.
-    pub(crate) fn failed(mut self, now_ms: u64, threshold: u32, retry: Duration) -> Change {
+    /// The call failed at local time `now_ms` with `fault`, which counts against the node.
+    pub(crate) fn failed(
+        mut self,
+        now_ms: u64,
+        threshold: u32,
+        retry: Duration,
+        fault: Fault,
+    ) -> Change {
         self.settled = true;
         let n = &*self.node;
-        let retry_ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX);
-        let probe_at = now_ms.saturating_add(retry_ms);
         if self.probe {
+            if !fault.quick() {
+                n.slow.store(true, Ordering::Release);
+            }
             n.epoch.fetch_add(1, Ordering::AcqRel);
-            n.probe_at.store(probe_at, Ordering::Release);
+            n.probe_at
+                .store(n.next_probe(now_ms, retry), Ordering::Release);
             n.probing.store(false, Ordering::Release);
-            return Change::None;
+            return Change::ProbeFailed;
         }
         if n.epoch
             .compare_exchange(
@@ -224,20 +273,41 @@ impl Attempt {
             return Change::None;
         }
         let failures = n.failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if failures < threshold || n.is_down() {
-            return Change::None;
+        if failures == 1 {
+            n.since.store(now_ms, Ordering::Release);
+            n.slow.store(!fault.quick(), Ordering::Release);
+        } else if !fault.quick() {
+            n.slow.store(true, Ordering::Release);
         }
+        if failures < threshold || n.is_down() {
+            return Change::Counted(failures);
+        }
+        let probe_at = n.next_probe(now_ms, retry);
         n.probe_at.store(probe_at, Ordering::Release);
         if n.down.swap(true, Ordering::AcqRel) {
-            return Change::None;
+            return Change::Counted(failures);
         }
         tracing::warn!(
             node = %n.name,
             failures,
-            retry_ms,
-            "Redis node counts as down; checks of its keys fail fast, and one probes it after each retry interval"
+            probe_in_ms = probe_at.saturating_sub(now_ms),
+            "Redis node counts as down; checks of its keys fail fast, and one probes it after each retry interval (soon, when it only refused connections or said it cannot serve for now)"
         );
         Change::WentDown
+    }
+
+    /// The probe does not go yet: the node's connection is being replaced. The next request
+    /// probes instead; this one fails fast.
+    pub(crate) fn defer(mut self) -> NodeDown {
+        self.settled = true;
+        let n = &*self.node;
+        n.probing.store(false, Ordering::Release);
+        NodeDown {
+            node: Arc::clone(&n.name),
+            failures: n.failures.load(Ordering::Relaxed),
+            retry_in: Duration::ZERO,
+            replacing: true,
+        }
     }
 
     /// The call ended without saying anything about the node (it was never sent).
@@ -297,6 +367,8 @@ mod tests {
     use super::*;
 
     const RETRY: Duration = Duration::from_millis(1000);
+    /// A failure that says nothing quickly: the retry interval applies.
+    const SLOW: Fault = Fault::Timeout;
 
     fn node() -> Arc<NodeHealth> {
         Arc::new(NodeHealth::new("n"))
@@ -306,10 +378,17 @@ mod tests {
     fn a_node_counts_as_down_after_three_failed_rounds_in_a_row() {
         let n = node();
         for t in 0..2 {
-            assert_eq!(n.begin(t).unwrap().failed(t, 3, RETRY), Change::None);
+            let failures = u32::try_from(t).unwrap() + 1;
+            assert_eq!(
+                n.begin(t).unwrap().failed(t, 3, RETRY, SLOW),
+                Change::Counted(failures)
+            );
             assert!(!n.is_down());
         }
-        assert_eq!(n.begin(2).unwrap().failed(2, 3, RETRY), Change::WentDown);
+        assert_eq!(
+            n.begin(2).unwrap().failed(2, 3, RETRY, SLOW),
+            Change::WentDown
+        );
         assert!(n.is_down());
         let err = n.begin(3).unwrap_err();
         assert_eq!(err.failures(), 3);
@@ -322,9 +401,12 @@ mod tests {
         let n = node();
         // 256 calls in flight at once, all timing out: one round.
         let calls: Vec<Attempt> = (0..256).map(|_| n.begin(0).unwrap()).collect();
-        for c in calls {
-            assert_eq!(c.failed(100, 3, RETRY), Change::None);
-        }
+        let changes: Vec<Change> = calls
+            .into_iter()
+            .map(|c| c.failed(100, 3, RETRY, SLOW))
+            .collect();
+        assert_eq!(changes[0], Change::Counted(1));
+        assert!(changes[1..].iter().all(|c| *c == Change::None));
         assert!(!n.is_down());
         assert!(n.begin(100).is_ok());
     }
@@ -332,11 +414,11 @@ mod tests {
     #[test]
     fn an_answer_ends_the_streak() {
         let n = node();
-        n.begin(0).unwrap().failed(0, 3, RETRY);
-        n.begin(1).unwrap().failed(1, 3, RETRY);
+        n.begin(0).unwrap().failed(0, 3, RETRY, SLOW);
+        n.begin(1).unwrap().failed(1, 3, RETRY, SLOW);
         n.begin(2).unwrap().answered();
-        n.begin(3).unwrap().failed(3, 3, RETRY);
-        n.begin(4).unwrap().failed(4, 3, RETRY);
+        n.begin(3).unwrap().failed(3, 3, RETRY, SLOW);
+        n.begin(4).unwrap().failed(4, 3, RETRY, SLOW);
         assert!(!n.is_down());
     }
 
@@ -344,7 +426,7 @@ mod tests {
     fn one_probe_at_a_time_after_the_retry_interval_brings_the_node_back() {
         let n = node();
         for t in 0..3 {
-            let _ = n.begin(t).unwrap().failed(t, 3, RETRY);
+            let _ = n.begin(t).unwrap().failed(t, 3, RETRY, SLOW);
         }
         assert!(n.begin(1001).is_err(), "before the interval");
         let probe = n.begin(1002).unwrap();
@@ -352,7 +434,7 @@ mod tests {
         // While the probe is in flight, the others fail fast.
         assert_eq!(n.begin(1003).unwrap_err().retry_in(), Duration::ZERO);
         // A failed probe: another interval.
-        assert_eq!(probe.failed(1010, 3, RETRY), Change::None);
+        assert_eq!(probe.failed(1010, 3, RETRY, SLOW), Change::ProbeFailed);
         assert!(n.begin(2009).is_err());
         let probe = n.begin(2010).unwrap();
         assert!(probe.is_probe());
@@ -365,21 +447,92 @@ mod tests {
     fn a_probe_given_up_lets_the_next_request_probe() {
         let n = node();
         for t in 0..3 {
-            let _ = n.begin(t).unwrap().failed(t, 3, RETRY);
+            let _ = n.begin(t).unwrap().failed(t, 3, RETRY, SLOW);
         }
         drop(n.begin(5000).unwrap());
         assert!(n.begin(5001).unwrap().is_probe());
     }
 
     #[test]
+    fn a_deferred_probe_fails_fast_and_lets_the_next_request_probe() {
+        let n = node();
+        for t in 0..3 {
+            let _ = n.begin(t).unwrap().failed(t, 3, RETRY, SLOW);
+        }
+        let down = n.begin(1002).unwrap().defer();
+        assert_eq!((down.failures(), down.retry_in()), (3, Duration::ZERO));
+        assert!(down.to_string().contains("being replaced"), "{down}");
+        assert!(n.is_down());
+        assert!(n.begin(1003).unwrap().is_probe());
+    }
+
+    #[test]
+    fn a_node_away_for_a_moment_is_probed_again_soon_not_after_the_retry_interval() {
+        // A restart: refused connections from t = 1000 on, nothing timed out.
+        let n = node();
+        for t in [1000, 1001, 1002] {
+            let _ = n.begin(t).unwrap().failed(t, 3, RETRY, Fault::Unreachable);
+        }
+        assert!(n.is_down());
+        // Down for 2 ms: the next probe 5 ms later (the least wait), not 1 s.
+        assert_eq!(
+            n.begin(1004).unwrap_err().retry_in(),
+            Duration::from_millis(3)
+        );
+        let probe = n.begin(1007).unwrap();
+        assert!(probe.is_probe());
+        // Failing for 500 ms: a tenth of it.
+        assert_eq!(
+            probe.failed(1500, 3, RETRY, Fault::Dropped),
+            Change::ProbeFailed
+        );
+        assert_eq!(
+            n.begin(1500).unwrap_err().retry_in(),
+            Duration::from_millis(50)
+        );
+        // Failing for 5 s: at most 100 ms.
+        let probe = n.begin(6000).unwrap();
+        let _ = probe.failed(6000, 3, RETRY, Fault::CannotServe);
+        assert_eq!(
+            n.begin(6000).unwrap_err().retry_in(),
+            Duration::from_millis(100)
+        );
+        // A probe that timed out: the retry interval from then on, until an answer.
+        let probe = n.begin(6100).unwrap();
+        let _ = probe.failed(6100, 3, RETRY, SLOW);
+        assert_eq!(n.begin(6100).unwrap_err().retry_in(), RETRY);
+        let probe = n.begin(7100).unwrap();
+        let _ = probe.failed(7100, 3, RETRY, Fault::Unreachable);
+        assert_eq!(n.begin(7100).unwrap_err().retry_in(), RETRY);
+        n.begin(8100).unwrap().answered();
+        assert!(!n.is_down());
+        // A new streak starts quick again; one slow failure in it makes it slow.
+        for t in [9000, 9001] {
+            let _ = n.begin(t).unwrap().failed(t, 3, RETRY, Fault::Unreachable);
+        }
+        let _ = n.begin(9002).unwrap().failed(9002, 3, RETRY, SLOW);
+        assert_eq!(n.begin(9002).unwrap_err().retry_in(), RETRY);
+        // Never longer than the retry interval, however short.
+        let m = node();
+        let _ = m
+            .begin(0)
+            .unwrap()
+            .failed(0, 1, Duration::from_millis(2), Fault::Unreachable);
+        assert_eq!(m.begin(0).unwrap_err().retry_in(), Duration::from_millis(2));
+    }
+
+    #[test]
     fn threshold_one_is_down_at_the_first_failure() {
         let n = node();
-        assert_eq!(n.begin(0).unwrap().failed(0, 1, RETRY), Change::WentDown);
+        assert_eq!(
+            n.begin(0).unwrap().failed(0, 1, RETRY, SLOW),
+            Change::WentDown
+        );
         let h = Health::default();
         assert!(Arc::ptr_eq(&h.node("a"), &h.node("a")));
         assert!(h.down().is_empty());
         let a = h.node("a");
-        let _ = a.begin(0).unwrap().failed(0, 1, RETRY);
+        let _ = a.begin(0).unwrap().failed(0, 1, RETRY, SLOW);
         assert_eq!(h.down(), ["a"]);
     }
 }

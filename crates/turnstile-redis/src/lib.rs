@@ -71,6 +71,7 @@ mod builder;
 mod call;
 mod cluster;
 mod conn;
+mod connector;
 mod encoded;
 mod error;
 mod fault;
@@ -81,6 +82,7 @@ mod quotas;
 mod script;
 mod sentinel;
 mod server;
+mod target;
 mod tls;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};

@@ -350,7 +350,11 @@ impl Scripts {
     /// libraries of older releases (`turnstile_<M>_*`, `M` < [`RELEASE`]) deleted — never a
     /// newer release's, nor another build's of this release (which of two builds is newer
     /// cannot be told). Returns [`Path::Eval`] when the node refuses `FUNCTION LOAD`.
-    async fn first_load(&self, q: &mut impl Query, node: &str) -> Result<Path, RedisError> {
+    pub(crate) async fn first_load(
+        &self,
+        q: &mut impl Query,
+        node: &str,
+    ) -> Result<Path, RedisError> {
         let lib = self.library;
         let mut list = redis::cmd("FUNCTION");
         list.arg("LIST")

@@ -119,12 +119,12 @@ impl Query for MultiplexedConnection {
 
 /// Whether a failure of a check's command means the connection is unusable (rather than the
 /// command refused, e.g. by an ACL).
-fn is_connection_failure(e: &RedisError) -> bool {
+pub(crate) fn is_connection_failure(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Io || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 /// Why a new connection is not to be used.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Refused {
     /// A check's command failed on the connection itself.
     Connection(RedisError),

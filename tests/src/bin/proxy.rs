@@ -8,8 +8,10 @@
 //! `127.0.0.1:TARGET_PORT` ([`turnstile_tests::proxy::Proxy`]); connections already made stay
 //! with their server. Prints one line, `PROXY_PORT CONTROL_PORT`, then serves until killed.
 //! The control port (also 127.0.0.1) takes one command a line: `repoint PORT` sends new
-//! connections to `127.0.0.1:PORT` from then on and answers `ok PORT`; anything else is
-//! answered `error ...`.
+//! connections to `127.0.0.1:PORT` from then on and answers `ok PORT`; `silence` makes every
+//! connection carried so far silent — open, read, nothing forwarded either way, what a lost
+//! NAT entry does — while new ones pass, and answers `ok silent`; anything else is answered
+//! `error ...`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -27,7 +29,11 @@ fn command(proxy: &Proxy, line: &str) -> String {
             }
             _ => format!("error {port:?} is not a port (1 to 65535)"),
         },
-        _ => format!("error unknown command {line:?}; expected `repoint PORT`"),
+        (Some("silence"), None, None) => {
+            proxy.silence();
+            "ok silent".to_owned()
+        }
+        _ => format!("error unknown command {line:?}; expected `repoint PORT` or `silence`"),
     }
 }
 
@@ -96,11 +102,12 @@ mod tests {
         );
         assert_eq!(
             command(&proxy, "repoint 1 2"),
-            "error unknown command \"repoint 1 2\"; expected `repoint PORT`"
+            "error unknown command \"repoint 1 2\"; expected `repoint PORT` or `silence`"
         );
         assert_eq!(
             command(&proxy, "stop"),
-            "error unknown command \"stop\"; expected `repoint PORT`"
+            "error unknown command \"stop\"; expected `repoint PORT` or `silence`"
         );
+        assert_eq!(command(&proxy, " silence "), "ok silent");
     }
 }
