@@ -209,39 +209,7 @@ impl<C> RedisBackendBuilder<C> {
                 sentinel_target(spec, name.clone(), connection, &scripts, connect_timeout)?;
             (target, name)
         } else {
-            let urls: Vec<String> = self
-                .urls
-                .split(',')
-                .map(|u| u.trim().to_owned())
-                .filter(|u| !u.is_empty())
-                .collect();
-            if urls.is_empty() {
-                return Err(InvalidRedisConfig::Url("no URL given".into()));
-            }
-            for u in &urls {
-                redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
-            }
-            let connect = crate::tls::prepare(&urls, &self.tls)?;
-            let cluster = self.cluster.unwrap_or(urls.len() > 1);
-            let node = urls
-                .iter()
-                .map(|u| without_credentials(u))
-                .collect::<Vec<_>>()
-                .join(",");
-            let target = if cluster {
-                let limits = (connect_timeout, self.timeout);
-                cluster_target(urls, connect, node.clone(), &scripts, limits)?
-            } else {
-                let info = connect.connection_info(&urls[0])?;
-                Target::Single(NodeConn::new(
-                    Source::Url(info),
-                    node.clone(),
-                    connection,
-                    Arc::clone(&scripts),
-                    attempt_limit(connect_timeout),
-                ))
-            };
-            (target, node)
+            self.url_target(connection, &scripts, connect_timeout)?
         };
         target.warm();
         Ok(RedisBackend {
@@ -261,6 +229,51 @@ impl<C> RedisBackendBuilder<C> {
                 stats: Counters::default(),
             }),
         })
+    }
+}
+
+impl<C> RedisBackendBuilder<C> {
+    /// The target of `redis://` and `rediss://` URLs (one node, or a Cluster's seeds) and its
+    /// name in logs and errors (the URLs without credentials).
+    fn url_target(
+        &self,
+        connection: redis::AsyncConnectionConfig,
+        scripts: &Arc<Scripts>,
+        connect_timeout: Duration,
+    ) -> Result<(Target, String), InvalidRedisConfig> {
+        let urls: Vec<String> = self
+            .urls
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(InvalidRedisConfig::Url("no URL given".into()));
+        }
+        for u in &urls {
+            redis::parse_redis_url(u).ok_or_else(|| InvalidRedisConfig::Url(u.clone()))?;
+        }
+        let connect = crate::tls::prepare(&urls, &self.tls)?;
+        let cluster = self.cluster.unwrap_or(urls.len() > 1);
+        let node = urls
+            .iter()
+            .map(|u| without_credentials(u))
+            .collect::<Vec<_>>()
+            .join(",");
+        let target = if cluster {
+            let limits = (connect_timeout, self.timeout);
+            cluster_target(urls, connect, node.clone(), scripts, limits)?
+        } else {
+            let info = connect.connection_info(&urls[0])?;
+            Target::Single(NodeConn::new(
+                Source::Url(info),
+                node.clone(),
+                connection,
+                Arc::clone(scripts),
+                attempt_limit(connect_timeout),
+            ))
+        };
+        Ok((target, node))
     }
 }
 

@@ -248,59 +248,14 @@ mod rustls_checks {
             ));
         }
         check_default_roots(files.ca.is_none() && !insecure)?;
-        let (roots, root_pem) = match &files.ca {
-            Some(path) => {
-                let pem = read("CA file", path)?;
-                let mut roots = RootCertStore::empty();
-                for cert in certificates("CA file", path, &pem)? {
-                    roots.add(cert).map_err(|e| {
-                        err(format!(
-                            "the CA file {} holds a certificate that cannot be a trust \
-                             anchor: {e}",
-                            path.display()
-                        ))
-                    })?;
-                }
-                (roots, Some(pem))
-            }
-            // The roots only matter to the server's verification, not to the client key's
-            // checks below.
-            None => (RootCertStore::empty(), None),
-        };
+        let (roots, root_pem) = ca_roots(files.ca.as_deref())?;
         let config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| err(format!("the crypto provider cannot do TLS 1.2 or 1.3: {e}")))?
             .with_root_certificates(roots);
         let client_tls = match &files.client {
             None => None,
-            Some((cert_path, key_path)) => {
-                let cert_pem = read("client certificate file", cert_path)?;
-                let chain = certificates("client certificate file", cert_path, &cert_pem)?;
-                let key_pem = read("client key file", key_path)?;
-                let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
-                    pem::Error::NoItemsFound => err(format!(
-                        "the client key file {} holds no unencrypted private key (a PEM block \
-                         -----BEGIN PRIVATE KEY-----, RSA PRIVATE KEY or EC PRIVATE KEY)",
-                        key_path.display()
-                    )),
-                    e => err(format!(
-                        "the client key file {} is not valid PEM: {e}",
-                        key_path.display()
-                    )),
-                })?;
-                // Checks the key's type and that it belongs to the certificate.
-                config.with_client_auth_cert(chain, key).map_err(|e| {
-                    err(format!(
-                        "the client certificate {} and key {} cannot be used together: {e}",
-                        cert_path.display(),
-                        key_path.display()
-                    ))
-                })?;
-                Some(redis::ClientTlsConfig {
-                    client_cert: cert_pem,
-                    client_key: key_pem,
-                })
-            }
+            Some((cert, key)) => Some(client_cert(&config, cert, key)?),
         };
         let certs =
             (client_tls.is_some() || root_pem.is_some()).then_some(redis::TlsCertificates {
@@ -308,6 +263,62 @@ mod rustls_checks {
                 root_cert: root_pem,
             });
         Ok(Connect { certs })
+    }
+
+    /// The trust anchors of the CA file `ca` and its PEM (none and an empty store without one:
+    /// the roots only matter to the server's verification, not to the client key's checks).
+    fn ca_roots(ca: Option<&Path>) -> Result<(RootCertStore, Option<Vec<u8>>), InvalidRedisConfig> {
+        let Some(path) = ca else {
+            return Ok((RootCertStore::empty(), None));
+        };
+        let pem = read("CA file", path)?;
+        let mut roots = RootCertStore::empty();
+        for cert in certificates("CA file", path, &pem)? {
+            roots.add(cert).map_err(|e| {
+                err(format!(
+                    "the CA file {} holds a certificate that cannot be a trust anchor: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        Ok((roots, Some(pem)))
+    }
+
+    /// The client certificate chain at `cert_path` and its key at `key_path`, checked against
+    /// each other with `config` (the key's type, and that it belongs to the certificate).
+    fn client_cert(
+        config: &rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>,
+        cert_path: &Path,
+        key_path: &Path,
+    ) -> Result<redis::ClientTlsConfig, InvalidRedisConfig> {
+        let cert_pem = read("client certificate file", cert_path)?;
+        let chain = certificates("client certificate file", cert_path, &cert_pem)?;
+        let key_pem = read("client key file", key_path)?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+            pem::Error::NoItemsFound => err(format!(
+                "the client key file {} holds no unencrypted private key (a PEM block \
+                 -----BEGIN PRIVATE KEY-----, RSA PRIVATE KEY or EC PRIVATE KEY)",
+                key_path.display()
+            )),
+            e => err(format!(
+                "the client key file {} is not valid PEM: {e}",
+                key_path.display()
+            )),
+        })?;
+        config
+            .clone()
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| {
+                err(format!(
+                    "the client certificate {} and key {} cannot be used together: {e}",
+                    cert_path.display(),
+                    key_path.display()
+                ))
+            })?;
+        Ok(redis::ClientTlsConfig {
+            client_cert: cert_pem,
+            client_key: key_pem,
+        })
     }
 }
 
