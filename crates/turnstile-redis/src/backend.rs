@@ -20,7 +20,7 @@ use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
 use crate::library::Scripts;
-use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
+use crate::wire::{array, check_args, parse_config, parse_reply, Op, Sets};
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
 /// times are not the server's time, so a TTL derived from them could expire state mid-run.
@@ -248,7 +248,7 @@ impl<C: Clock> RedisBackend<C> {
         } else {
             0
         };
-        check_args(&mut inv, sets, op, cost, now_ms, min_ttl).map_err(Failed::local)?;
+        check_args(&mut inv, sets, op, cost, now_ms, min_ttl);
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
         let reply: redis::Value = self.invoke(&inv, state_key).await?;
         let request = |error| Failed {

@@ -140,7 +140,7 @@ mod tests {
             "turnstile:v1:{k:%7Dx}:f4"
         );
         assert!(
-            crate::script::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))
+            crate::wire::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))
         );
     }
 }

@@ -57,25 +57,24 @@ mod builder;
 mod call;
 mod cluster;
 mod conn;
-mod encoded;
 mod error;
 mod fault;
 mod health;
 mod keys;
 mod library;
 mod quotas;
-mod script;
 mod sentinel;
 mod server;
 mod tls;
+mod wire;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
 pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT};
 pub use error::InvalidRedisConfig;
-/// The `redis` crate this backend is built on (its `Value`, errors and URLs appear in this API).
-pub use redis;
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use library::{library, FunctionLibrary, ScriptMode};
-pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
+/// The `redis` crate this backend is built on (its `Value`, errors and URLs appear in this API).
+pub use redis;
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};
+pub use wire::{CHECK_SCRIPT, CONFIG_SCRIPT};
