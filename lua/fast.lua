@@ -68,8 +68,12 @@ end
 -- the total after.
 local function fast_log(p, updated, total, _, now, c, out, o)
   total = total + 0
-  local fresh = updated == 0 and total == 0
-  if not fresh and (total < 1 or total > MAX_EXACT) then return nil end
+  local fresh = false
+  if total < 1 then
+    if updated ~= 0 then return nil end
+    fresh = true
+  end
+  -- (log_admits bounds total by L - c, so by 2^32.)
   if not log_admits(p, total, c, out, o) then return nil end
   local grow = nil
   if not fresh then
@@ -88,31 +92,57 @@ local function fast_log(p, updated, total, _, now, c, out, o)
   return true, p.P, total + c
 end
 
--- Each sliding log's list of set for the state string at key (the key's base, then the
--- policy's suffix).
-local function fast_logkeys(set, key)
-  local base = string.sub(key, 1, -#FORMAT_SUFFIX - 1)
-  for i = 1, set.count do
-    local p = set[i]
-    if p.alg == 5 then p.logkey = base .. p.logsuffix end
+-- Makes what fast_check keeps on a policy set (from set_of), whose compact reply takes o
+-- values (the head, then each policy's) and whose state string k - 1 captures: the reply
+-- itself, made once per set and filled by every call (fast_check writes every value before
+-- it returns it; Redis reads a reply when the call returns, before any other call runs: no
+-- table made per call), and for several policies a fresh key's captures (zeros, none).
+local function fast_reply(set, o, k)
+  if o == 4 then
+    set.reply = {0, 0, 0, 0}
+  elseif o == 5 then
+    set.reply = {0, 0, 0, 0, 0}
+  elseif o == 6 then
+    set.reply = {0, 0, 0, 0, 0, 0}
+  else
+    local reply = {}
+    for i = 1, o do reply[i] = 0 end
+    set.reply = reply
+  end
+  if #set > 1 then
+    local none = {}
+    for i = 1, k do none[i] = 0 end
+    set.none = none
   end
 end
 
--- Writes the log of each sliding log of set as fast_log decided it (the whole set admitted)
--- and gives it the string's TTL ttl (text), as write_states does: a fresh state's leftover
--- log dropped first, then the entry at now grown or added.
-local function fast_logs(set, ttl)
-  for i = 1, set.count do
-    local p = set[i]
-    if p.alg == 5 then
-      if p.nolog then redis.call('DEL', p.logkey) end
-      if p.grow then
-        redis.call('LSET', p.logkey, -1, p.entry)
-      else
-        redis.call('RPUSH', p.logkey, p.entry)
-      end
-      redis.call('PEXPIRE', p.logkey, ttl)
+-- Where a state string's key ends before its format suffix (sub(key, 1, BASE_END) is the
+-- key's base).
+local BASE_END = -#FORMAT_SUFFIX - 1
+
+-- The list of each of a set's sliding logs (logs, set.log) for the state string at key: the
+-- key's base, then the policy's suffix.
+local function fast_logkeys(logs, key)
+  local base = sub(key, 1, BASE_END)
+  for i = 1, #logs do
+    local p = logs[i]
+    p.logkey = base .. p.logsuffix
+  end
+end
+
+-- Writes the log of each of a set's sliding logs (logs) as fast_log decided it (the whole
+-- set admitted) and gives it the string's TTL ttl (text), as write_states does: a fresh
+-- state's leftover log dropped first, then the entry at now grown or added.
+local function fast_logs(logs, ttl)
+  for i = 1, #logs do
+    local p = logs[i]
+    if p.nolog then redis.call('DEL', p.logkey) end
+    if p.grow then
+      redis.call('LSET', p.logkey, -1, p.entry)
+    else
+      redis.call('RPUSH', p.logkey, p.entry)
     end
+    redis.call('PEXPIRE', p.logkey, ttl)
   end
 end
 
@@ -128,11 +158,9 @@ local function fast_requery(p, out)
   p.fast(p, p.u, p.na, p.nb, p.t, 0, out, p.o)
 end
 
--- The state string of set's policies once all admitted (each line made by fast_check:
--- p.value; a set of one's with its header), made at once (for two or three policies one
--- CONCAT of every piece).
+-- The state string of set's policies (two or more) once all admitted (each line made by
+-- fast_check: p.value), made at once (for two or three policies one CONCAT of every piece).
 local function fast_value(set, count)
-  if count == 1 then return set[1].value end
   if count == 2 then return '0' .. set[1].value .. set[2].value end
   if count == 3 then return '0' .. set[1].value .. set[2].value .. set[3].value end
   local value = '0'
@@ -149,7 +177,7 @@ end
 -- fresh key's are zeros), then the string is stored only if all admit, with the largest
 -- TTL they need; else the all-or-nothing rule.
 local function fast_check(set, key, now, cost, min_ttl, cfgkey)
-  local count, caps, n1, n2, n3 = set.count, set.none, 0, 0, 0
+  local count, caps, n1, n2, n3, value = set.count, set.none, 0, 0, 0, nil
   local raw = redis.pcall('GET', key)
   if raw then
     -- An error reply (another type at the key) is a table; a string's .err is nil (its
@@ -167,13 +195,16 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     local cfg = cfgkey(key)
     if not cfg or redis.call('EXISTS', cfg) ~= 0 then return nil end
   end
-  if set.log then fast_logkeys(set, key) end
+  if set.log then fast_logkeys(set.log, key) end
   local out, all, most = set.reply, true, 0
   out[1] = -1 - now
   for i = 1, count do
     local p = set[i]
-    local o, k = p.fo, p.fk
-    if count > 1 then n1, n2, n3 = caps[k], caps[k + 1], caps[k + 2] end
+    local o = p.fo
+    if count > 1 then
+      local k = p.fk
+      n1, n2, n3 = caps[k], caps[k + 1], caps[k + 2]
+    end
     -- updated (digits only: s + 0 reads them as nat does); a clock earlier than it decides
     -- at its time.
     local u, t = n1 + 0, now
@@ -187,8 +218,8 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     if not ok then
       all = false
     elseif cost > 0 then
-      -- its line after the admission (with the header, for a set of one)
-      if count == 1 then p.value = format(p.fmt0, t, v1, v2) else p.value = format(p.fmt, t, v1, v2) end
+      -- its line after the admission (a set of one's: the whole string, with the header)
+      if count == 1 then value = format(p.fmt0, t, v1, v2) else p.value = format(p.fmt, t, v1, v2) end
     end
     if count > 1 then p.ok, p.o, p.u, p.na, p.nb, p.t = ok, o, u, n2, n3, t end
   end
@@ -201,8 +232,12 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     as_if_nothing_consumed(set, count, out, fast_requery)
     return out
   end
-  most = format('%d', ttl_of(min_ttl, most))
-  redis.call('PSETEX', key, most, fast_value(set, count))
-  if set.log then fast_logs(set, most) end
+  if count > 1 then value = fast_value(set, count) end
+  -- states.lua's ttl_of(min_ttl, most), written out: after an admission every reset_after
+  -- is at least 1 ms.
+  if most < min_ttl then most = min_ttl end
+  most = format('%d', most)
+  redis.call('PSETEX', key, most, value)
+  if set.log then fast_logs(set.log, most) end
   return out
 end

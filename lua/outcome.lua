@@ -1,13 +1,6 @@
 -- turnstile: a check's outcome from its policies' decisions, the same on every path (fast.lua
--- and general.lua call these): the all-or-nothing rule, and the TTL a written state gets.
--- Composed at the top level, after the algorithms' arithmetic and before fast.lua.
-
--- The TTL of a key whose reset_after rounds up to reset ms: at least min_ttl and 1 ms.
-local function ttl_of(min_ttl, reset)
-  if reset < min_ttl then reset = min_ttl end
-  if reset < 1 then return 1 end
-  return reset
-end
+-- and general.lua call it): the all-or-nothing rule. Composed at the top level, after the
+-- algorithms' arithmetic and before fast.lua.
 
 -- The all-or-nothing rule, for a check of cost above 0 denied overall (some policy denied
 -- it, so nothing is written): every policy that would have admitted (p.ok) reports its

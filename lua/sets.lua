@@ -57,8 +57,8 @@ local function set_of(text)
   if set then return set end
   local tier, from = match(text, '^([^\n]*)()')
   if tier ~= '' and not valid_tier(tier) then return nil end
-  -- log: it has a sliding log; width: its reply's length under the defaults.
-  set = {tier = tier, log = false, width = 3}
+  -- log: its sliding logs' policies (false: none).
+  set = {tier = tier, log = false}
   -- Each policy's place in fast_check's compact reply (fo) and captures (fk).
   local o, k = 1, 1
   -- Each line read with one anchored match from where the last one ended (no copy of the
@@ -71,27 +71,20 @@ local function set_of(text)
     if not p or seen[name] then return nil end
     seen[name] = true
     set[#set + 1] = p
-    if p.alg == 5 then set.log = true end
-    set.width = set.width + p.a.width
+    if p.alg == 5 then
+      set.log = set.log or {}
+      set.log[#set.log + 1] = p
+    end
     p.fo, p.fk, o, k = o, k, o + p.a.width, k + p.a.fields
     from = after
   end
   -- fast_check's pattern of the whole state string: the header '0', then each policy's
-  -- line in order; none, a fresh key's captures (zeros). fast: fast.lua's fast_check may
-  -- decide the set (a Lua pattern holds at most 32 captures).
-  local pat, none = '^0', {}
-  for i = 1, #set do
-    pat = pat .. set[i].pat
-    for _ = 1, set[i].a.fields do none[#none + 1] = 0 end
-  end
-  set.pat, set.none, set.fast = pat .. '$', none, #none <= 32
-  -- The fast path's compact reply: its head (-1 - now), then each policy's values. Made
-  -- once per set and filled by every call (fast.lua writes every value before it returns
-  -- it; Redis reads a reply when the call returns, before any other call runs): no table
-  -- made per call.
-  local reply = {0}
-  for _ = 1, set.width - 3 do reply[#reply + 1] = 0 end
-  set.reply = reply
+  -- line in order. fast: fast.lua's fast_check may decide the set (a Lua pattern holds at
+  -- most 32 captures: k - 1).
+  local pat = '^0'
+  for i = 1, #set do pat = pat .. set[i].pat end
+  set.pat, set.fast = pat .. '$', k <= 33
+  fast_reply(set, o, k)
   -- defaults: the fast path may decide this set when it is the defaults'.
   set.defaults = set.fast and tier == ''
   set.count = #set

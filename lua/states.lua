@@ -39,6 +39,13 @@ local function logkey_of(p)
   return p.logkey or (p.base .. p.logsuffix)
 end
 
+-- The TTL of a key whose reset_after rounds up to reset ms: at least min_ttl and 1 ms.
+local function ttl_of(min_ttl, reset)
+  if reset < min_ttl then reset = min_ttl end
+  if reset < 1 then return 1 end
+  return reset
+end
+
 -- A fresh state of p's algorithm, last updated at t.
 local function fresh_at(p, t)
   local f = p.a.fresh()

@@ -178,14 +178,24 @@ impl<C: Clock> RedisBackend<C> {
         &self.inner.node
     }
 
-    /// The Redis key holding `policy`'s state for `client_key`: since state format `f3`, one
-    /// string per client key holding every policy's state (see the README's "Keys"), so
-    /// the same key for every policy of `client_key`.
-    pub fn state_key(&self, client_key: &str, policy: &Policy) -> String {
-        let _ = policy;
+    /// The Redis key of `client_key`'s state string, `<prefix>:{<tag>}:f4`: one string
+    /// holding the state of every policy of the client key (see the README's "Keys").
+    pub fn state_key(&self, client_key: &str) -> String {
         self.inner
             .keys
             .states_key_of(&self.inner.prefix, client_key)
+    }
+
+    /// The Redis key of the list that holds `policy`'s log for `client_key`,
+    /// `<prefix>:{<tag>}~log:f4:<policy name>`, when `policy` is a
+    /// [`SlidingLog`](turnstile_core::Algorithm::SlidingLog); `None` for any other algorithm
+    /// (its state is all in the state string, see [`state_key`](Self::state_key)).
+    pub fn sliding_log_key(&self, client_key: &str, policy: &Policy) -> Option<String> {
+        (policy.algorithm() == turnstile_core::Algorithm::SlidingLog).then(|| {
+            self.inner
+                .keys
+                .log_key_of(&self.inner.prefix, client_key, policy.name())
+        })
     }
 
     /// What this backend has done since it was built: Redis calls, connections made.

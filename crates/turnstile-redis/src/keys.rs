@@ -1,6 +1,6 @@
 //! Redis key names: `<prefix>:{<client key>}:<format>` for a client's state string (every
 //! policy's state in one string, see `lua/states.lua`), `<prefix>:{<client key>}~log:<format>:
-//! <policy name>` for a sliding log's list, `<prefix>:{<client key>}~cfg` for a client's
+//! <policy name>` for a sliding log's list (`<format>` is [`STATE_FORMAT`], `f4`), `<prefix>:{<client key>}~cfg` for a client's
 //! configuration. All of a client's keys share the hash tag, so one Cluster slot.
 //!
 //! Design (issue 15, format `f4`): a check makes `TIME`, `GET <state string>` and `PSETEX`
@@ -79,6 +79,22 @@ impl KeyEncoding {
         s.push_str(STATE_FORMAT);
         s
     }
+
+    /// The key of the list holding the log of `client_key`'s sliding log policy `name`
+    /// under `prefix`: `<prefix>:{<tag>}~log:<format>:<name>` (`logsuffix` in
+    /// `lua/sets.lua`).
+    pub(crate) fn log_key_of(self, prefix: &str, client_key: &str, name: &str) -> String {
+        let mut s =
+            String::with_capacity(prefix.len() + self.tag_len(client_key) + 12 + name.len());
+        s.push_str(prefix);
+        s.push_str(":{");
+        self.write_tag(client_key, &mut s);
+        s.push_str("}~log:");
+        s.push_str(STATE_FORMAT);
+        s.push(':');
+        s.push_str(name);
+        s
+    }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -129,6 +145,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_log_key_is_the_state_keys_base_and_the_scripts_suffix() {
+        for enc in [KeyEncoding::Hashed, KeyEncoding::Plain] {
+            let state = enc.states_key_of("turnstile:v1", "a}b");
+            let base = state.strip_suffix(":f4").unwrap();
+            assert_eq!(
+                enc.log_key_of("turnstile:v1", "a}b", "per ip"),
+                format!("{base}~log:f4:per ip")
+            );
+        }
+        // lua/sets.lua builds the same suffix.
+        assert!(crate::wire::CHECK_SCRIPT
+            .contains("p.logsuffix = '~log:' .. STATE_FORMAT .. ':' .. p.name"));
     }
 
     #[test]

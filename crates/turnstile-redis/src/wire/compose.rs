@@ -5,7 +5,7 @@
 /// helpers, the algorithms' table `ALG`); each algorithm family's arithmetic, written once
 /// and called by every path (`lua/bucket.lua`, `lua/gcra.lua`, `lua/fixed_window.lua`,
 /// `lua/sliding_window.lua`, `lua/sliding_log.lua`); `lua/outcome.lua` (the all-or-nothing
-/// rule and the TTL rule); `lua/fast.lua` (check's path for the common case);
+/// rule); `lua/fast.lua` (check's path for the common case);
 /// `lua/sets.lua` (check's arguments parsed); then `general_path()`, a function holding
 /// `lua/reading.lua` (the general path's helpers), the algorithms' methods on the general
 /// path's states (`lua/methods.lua`, `lua/log_list.lua`), `lua/states.lua` (a client key's
