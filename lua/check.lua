@@ -84,7 +84,7 @@ local TIME_S, TIME_MS = nil, 0
 
 -- The general path (general.lua's general), once general_path has built it: by the first
 -- call that needs it (with EVALSHA, a call that needs it), or by the Function library at
--- load (script.rs).
+-- load (wire/compose.rs).
 local GENERAL = nil
 
 local function check(KEYS, ARGV)

@@ -3,14 +3,14 @@
 -- behaviour), a state under other parameters (carried over), another set, a state that
 -- cannot be read (reported), or anything fast_check leaves (its nil).
 --
--- Composed inside general_path() (script.rs writes its first and last lines), after
+-- Composed inside general_path() (wire/compose.rs writes its first and last lines), after
 -- reading.lua, the algorithms' methods (methods.lua, log_list.lua: METHODS[id], see ALG in
 -- prelude.lua) and states.lua. general_path returns general. Its definitions run
 -- only when general_path runs (Lua creates a function's inner closures and tables when the
 -- function runs, not when it is defined): check builds it the first time a call needs it.
 -- With EVALSHA, where every call runs the whole script again, a call the fast path decides
 -- then creates none of them; the Function library builds it once, at FUNCTION LOAD (see
--- script.rs), and keeps it.
+-- wire/compose.rs), and keeps it.
 --
 -- Every piece below is a function of general_path taking what it needs as arguments: a
 -- call of general creates no closure.

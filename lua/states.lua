@@ -57,7 +57,7 @@ end
 -- p's), at t (not before st's update): the rule of turnstile-core's algorithm::carry_over;
 -- or the error when st is none a request leaves under q. What st holds at t under q (a
 -- bucket's debt, a window's counts) is its algorithm's query (q.a.decide at cost 0, which
--- keeps them on q: see methods.lua).
+-- keeps them on q as q.v1, q.v2: see methods.lua).
 local function carry(q, p, st, t)
   q.a = algorithm(q.alg)
   if q.alg ~= 5 then
@@ -65,15 +65,15 @@ local function carry(q, p, st, t)
     if ok == nil then return err end
   end
   if is_bucket(q.alg) and is_bucket(p.alg) then
-    local units = min(ceildiv(q.after, q.P), p.B)
+    local units = min(ceildiv(q.v1, q.P), p.B)
     if units == 0 then return fresh_at(p, t) end
     return {updated = t, debt = units * p.P}
   elseif q.alg == 4 and p.alg == 4 then
     local w = divmod(t, p.P)
-    if q.n == 0 or divmod(st.updated, p.P) ~= w then return fresh_at(p, t) end
-    return {updated = t, w = w, n = min(q.n, p.L)}
+    if q.v1 == 0 or divmod(st.updated, p.P) ~= w then return fresh_at(p, t) end
+    return {updated = t, w = w, n = min(q.v1, p.L)}
   elseif q.alg == 6 and p.alg == 6 then
-    local n, m, w = q.n, q.m, divmod(t, p.P)
+    local n, m, w = q.v1, q.v2, divmod(t, p.P)
     if q.P == p.P then
       if n == 0 and m == 0 then return fresh_at(p, t) end
       return {updated = t, w = w, cur = min(n, p.L), prev = min(m, p.L)}

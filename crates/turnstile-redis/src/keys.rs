@@ -70,29 +70,27 @@ impl KeyEncoding {
     /// The key of `client_key`'s state string under `prefix`: [`states_key`]`(prefix,
     /// tag(client_key))` built in one string.
     pub(crate) fn states_key_of(self, prefix: &str, client_key: &str) -> String {
-        let mut s =
-            String::with_capacity(prefix.len() + self.tag_len(client_key) + 4 + STATE_FORMAT.len());
-        s.push_str(prefix);
-        s.push_str(":{");
-        self.write_tag(client_key, &mut s);
-        s.push_str("}:");
-        s.push_str(STATE_FORMAT);
-        s
+        self.key_of(prefix, client_key, &[":", STATE_FORMAT])
     }
 
     /// The key of the list holding the log of `client_key`'s sliding log policy `name`
     /// under `prefix`: `<prefix>:{<tag>}~log:<format>:<name>` (`logsuffix` in
     /// `lua/sets.lua`).
     pub(crate) fn log_key_of(self, prefix: &str, client_key: &str, name: &str) -> String {
-        let mut s =
-            String::with_capacity(prefix.len() + self.tag_len(client_key) + 12 + name.len());
+        self.key_of(prefix, client_key, &["~log:", STATE_FORMAT, ":", name])
+    }
+
+    /// `<prefix>:{<tag>}` and then each of `rest`, built in one string.
+    fn key_of(self, prefix: &str, client_key: &str, rest: &[&str]) -> String {
+        let len = prefix.len() + self.tag_len(client_key) + 3;
+        let mut s = String::with_capacity(len + rest.iter().map(|r| r.len()).sum::<usize>());
         s.push_str(prefix);
         s.push_str(":{");
         self.write_tag(client_key, &mut s);
-        s.push_str("}~log:");
-        s.push_str(STATE_FORMAT);
-        s.push(':');
-        s.push_str(name);
+        s.push('}');
+        for r in rest {
+            s.push_str(r);
+        }
         s
     }
 }
