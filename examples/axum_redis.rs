@@ -26,7 +26,6 @@
 #[path = "common.rs"]
 mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -159,9 +158,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .key(args.key.clone())
         .on_backend_failure(args.failure)
         .build()?;
-    let app = Router::new()
-        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
-        .layer(layer);
+    let app = app(layer);
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
@@ -180,7 +177,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n'{try_it} {url}; done"
     );
-    serve(listener, app).await
+    common::serve(listener, app).await
 }
 
 /// Serves the rules of the configuration file at `path` on Redis.
@@ -209,9 +206,7 @@ async fn serve_config(
         .backend(DenyCache::new(redis.build()?))
         .on_backend_failure(failure)
         .build()?;
-    let app = Router::new()
-        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
-        .layer(layer);
+    let app = app(layer);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
     println!(
@@ -222,7 +217,14 @@ async fn serve_config(
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );
-    serve(listener, app).await
+    common::serve(listener, app).await
+}
+
+/// The app: `GET /` behind `layer`.
+fn app<K: KeyExtractor>(layer: RateLimitLayer<DenyCache<RedisBackend>, K>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "Hello from turnstile on Redis!\n" }))
+        .layer(layer)
 }
 
 /// `builder` with a CA file and a client certificate, where given.
@@ -238,19 +240,4 @@ fn with_tls(
         builder = builder.tls_client_cert(cert, key);
     }
     builder
-}
-
-async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-) -> Result<(), Box<dyn std::error::Error>> {
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
 }

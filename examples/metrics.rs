@@ -11,7 +11,6 @@
 #[path = "common.rs"]
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{routing::get, Router};
@@ -87,13 +86,5 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done; curl -s {url}metrics | grep turnstile_"
     );
-    axum::serve(
-        listener,
-        app(handle)?.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
+    common::serve(listener, app(handle)?).await
 }

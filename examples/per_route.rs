@@ -13,7 +13,6 @@
 #[path = "common.rs"]
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::{get, post};
@@ -79,13 +78,5 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try it: for i in $(seq 7); do curl -s -o /dev/null -w '%{{http_code}}\\n' -X POST {url}login; done"
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
+    common::serve(listener, app).await
 }

@@ -11,7 +11,9 @@
 //! `SIGHUP` (`kill -HUP <pid>`) to reload it: counters carry over, and a file that fails
 //! validation is refused (logged) while the previous configuration stays in force.
 
-use std::net::SocketAddr;
+#[path = "common.rs"]
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -86,25 +88,10 @@ async fn reload_on_hangup<B: turnstile::Backend>(reload: ConfigReload<B>) {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Errors as messages (their Display), not as Rust debug output.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("quickstart: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::main("quickstart", run()).await
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        // Logs on stderr, coloured only on a terminal (no escape codes in files or pipes).
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
     let config = match &args.config {
         Some(path) => Some(LayerConfig::from_file(path)?),
@@ -132,13 +119,5 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try it: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; done"
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
+    common::serve(listener, app).await
 }

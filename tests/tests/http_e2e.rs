@@ -1,6 +1,5 @@
 //! A real axum server on loopback and a real hyper client over TCP.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{routing::get, Router};
@@ -9,20 +8,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use turnstile::{Policy, RateLimitLayer};
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
+use turnstile_tests::app_server::serve;
 
 #[tokio::test]
 async fn ten_200s_then_429_with_retry_after_and_headers() {

@@ -1,7 +1,6 @@
 //! The layer on the Redis backend: two servers (two "processes") sharing one Redis enforce
 //! one limit, over real TCP, with the same responses as in memory.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{routing::get, Router};
@@ -12,21 +11,8 @@ use hyper_util::rt::TokioExecutor;
 use turnstile::wrap::DenyCache;
 use turnstile::{Policy, RateLimitLayer};
 use turnstile_redis::RedisBackend;
+use turnstile_tests::app_server::serve;
 use turnstile_tests::redis_server::TestRedis;
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
 
 #[tokio::test]
 async fn two_servers_on_one_redis_share_one_limit() {

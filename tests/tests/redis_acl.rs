@@ -1,8 +1,8 @@
-//! The README's ACL (section "ACL" under Redis) is enough: a Redis user granted exactly the
+//! The ACL of `docs/redis.md` (its "ACL" item) is enough: a Redis user granted exactly the
 //! commands it lists, on exactly the key pattern it gives, runs every operation the backend
 //! has — checks of every algorithm (admitted and denied, the fast path and the general one),
 //! refunds, resets, overrides, tiers, configuration reads and clears — through Redis
-//! Functions and through `EVALSHA`, with no error. The commands are read from the README
+//! Functions and through `EVALSHA`, with no error. The commands are read from the page
 //! itself, so the two cannot drift apart; the optional `INFO` and `CONFIG GET` are not
 //! granted (the backend skips its checks when they are refused).
 
@@ -16,14 +16,14 @@ fn p(spec: &str) -> Policy {
     spec.parse().unwrap()
 }
 
-/// The backquoted ACL rules (`+...`) of the README's "ACL" item: those for Functions, those
+/// The backquoted ACL rules (`+...`) of the "ACL" item of `docs/redis.md`: those for Functions, those
 /// for `EVALSHA`, and those of the commands the Lua calls; and the key pattern (`~...`).
 fn readme_acl() -> (Vec<String>, Vec<String>, Vec<String>, String) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/redis.md");
     let readme = std::fs::read_to_string(path).unwrap();
     let start = readme
         .find("- **ACL**")
-        .expect("the README has an ACL item");
+        .expect("docs/redis.md has an ACL item");
     let item = &readme[start..];
     let item = &item[..item[1..].find("\n- ").map_or(item.len(), |i| i + 1)];
     let quoted: Vec<&str> = item.split('`').skip(1).step_by(2).collect();
@@ -32,12 +32,12 @@ fn readme_acl() -> (Vec<String>, Vec<String>, Vec<String>, String) {
         quoted
             .iter()
             .find(|q| q.starts_with(first))
-            .unwrap_or_else(|| panic!("no `{first} ...` in the README's ACL item"))
+            .unwrap_or_else(|| panic!("no `{first} ...` in the ACL item of docs/redis.md"))
     };
     let keys = quoted
         .iter()
         .find(|q| q.starts_with('~'))
-        .expect("a key pattern in the README's ACL item");
+        .expect("a key pattern in the ACL item of docs/redis.md");
     (
         rules(with("+fcall")),
         rules(with("+evalsha")),
@@ -47,7 +47,7 @@ fn readme_acl() -> (Vec<String>, Vec<String>, Vec<String>, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readmes_acl_runs_every_operation_through_functions_and_evalsha() {
+async fn the_documented_acl_runs_every_operation_through_functions_and_evalsha() {
     let (functions, evalsha, lua, keys) = readme_acl();
     assert!(lua.iter().any(|r| r == "+psetex"), "{lua:?}");
     let user = |name: &str, own: &[String]| {

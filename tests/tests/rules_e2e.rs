@@ -13,20 +13,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use turnstile::key::{ClientIp, ForwardedHeader};
 use turnstile::{Action, Policy, RateLimitLayer, Rule};
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
+use turnstile_tests::app_server::serve;
 
 fn app(key: ClientIp) -> Router {
     let layer = RateLimitLayer::builder()

@@ -402,7 +402,7 @@ fn timestamp(c: &mut Cursor<'_>) -> Result<(u64, i32), String> {
 
 /// Whether `year` is a leap year of the Gregorian calendar.
 fn is_leap(year: u32) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
 }
 
 /// The number of days of `month` (1 to 12) in `year`.

@@ -14,9 +14,10 @@
 use std::collections::BTreeMap;
 
 use plotters::backend::SVGBackend;
+use plotters::coord::Shift;
 use plotters::prelude::{
-    BindKeyPoints, ChartBuilder, Color, IntoDrawingArea, RGBColor, Rectangle, SeriesLabelPosition,
-    BLACK, WHITE,
+    BindKeyPoints, ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, RGBColor,
+    Rectangle, SeriesLabelPosition, BLACK, WHITE,
 };
 
 use crate::access_log::{civil_from_days, month_name};
@@ -215,6 +216,33 @@ impl PlotData {
     /// A message when the trace spans more buckets of `--bucket` than a plot may hold, or
     /// plotters fails.
     pub(crate) fn render(&self, titles: &[String]) -> Result<String, String> {
+        let frame = self.frame()?;
+        let n = self.candidates.max(1);
+        let panel_h: u32 = if n == 1 { 380 } else { 210 };
+        let height = 50 + panel_h * u32::try_from(n).unwrap_or(1);
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| e.to_string())?;
+            let title = format!(
+                "Admitted and denied requests per {} (stacked)",
+                human_duration(frame.width_ms)
+            );
+            let body = root.titled(&title, (FONT, 22)).map_err(|e| e.to_string())?;
+            for (i, panel) in body.split_evenly((n, 1)).iter().enumerate() {
+                let caption = titles.get(i).map_or("", String::as_str);
+                frame.draw_panel(panel, i, i + 1 == n, caption)?;
+            }
+            root.present().map_err(|e| e.to_string())?;
+        }
+        Ok(svg)
+    }
+
+    /// What every panel shares: the bucket width, the counts regrouped into it, both axes.
+    ///
+    /// # Errors
+    /// As [`PlotData::render`]: too many buckets of `--bucket`.
+    fn frame(&self) -> Result<Frame, String> {
         let w = self.bucket_ms();
         let count = self.bucket_count(w);
         if count > MAX_BUCKETS {
@@ -235,87 +263,104 @@ impl PlotData {
             .flat_map(|per| per.iter().map(|[a, d]| a + d))
             .max()
             .unwrap_or(0);
-        // Room above the highest bar for the legend.
-        let y_top = (peak + peak / 4).max(peak + 1);
-        let (x0, x1) = (first.saturating_mul(wi), (last + 1).saturating_mul(wi));
+        let x = (first.saturating_mul(wi), (last + 1).saturating_mul(wi));
         let (axis, shift) = self.axis.unwrap_or((TimeAxis::TraceTime, 0));
-        let labels = Labels::new(axis, -shift, x0, x1);
+        Ok(Frame {
+            width_ms: w,
+            buckets,
+            labels: Labels::new(axis, -shift, x.0, x.1),
+            x,
+            // Room above the highest bar for the legend.
+            y_top: (peak + peak / 4).max(peak + 1),
+        })
+    }
+}
 
-        let n = self.candidates.max(1);
-        let panel_h: u32 = if n == 1 { 380 } else { 210 };
-        let height = 50 + panel_h * u32::try_from(n).unwrap_or(1);
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-            root.fill(&WHITE).map_err(|e| e.to_string())?;
-            let title = format!(
-                "Admitted and denied requests per {} (stacked)",
-                human_duration(w)
-            );
-            let body = root.titled(&title, (FONT, 22)).map_err(|e| e.to_string())?;
-            let panels = body.split_evenly((n, 1));
-            for (i, panel) in panels.iter().enumerate() {
-                let caption = titles.get(i).map_or("", String::as_str);
-                let mut chart = ChartBuilder::on(panel)
-                    .caption(caption, (FONT, 16))
-                    .margin_left(10)
-                    .margin_right(25)
-                    .margin_bottom(5)
-                    .x_label_area_size(if i + 1 == n { 45 } else { 25 })
-                    .y_label_area_size(70)
-                    .build_cartesian_2d((x0..x1).with_key_points(labels.ticks.clone()), 0u64..y_top)
-                    .map_err(|e| e.to_string())?;
-                let format_x = |x: &i64| labels.format(*x);
-                let mut mesh = chart.configure_mesh();
-                mesh.x_label_formatter(&format_x)
-                    .y_desc(format!("requests per {}", human_duration(w)))
-                    .axis_desc_style((FONT, 14))
-                    .label_style((FONT, 12))
-                    .light_line_style(WHITE.mix(0.0))
-                    .bold_line_style(BLACK.mix(0.12));
-                if i + 1 == n {
-                    mesh.x_desc(labels.description.as_str());
-                }
-                mesh.draw().map_err(|e| e.to_string())?;
+/// What every panel of one plot shares.
+struct Frame {
+    /// The bucket width in ms.
+    width_ms: u64,
+    /// Per bucket (its index at `width_ms`), per candidate: admitted and denied requests.
+    buckets: BTreeMap<i64, Vec<[u64; 2]>>,
+    /// The time axis, shifted ms, from the first request's bucket to the end of the last's.
+    x: (i64, i64),
+    /// The top of the request axis.
+    y_top: u64,
+    labels: Labels,
+}
 
-                let bars = |outcome: usize| {
-                    buckets.iter().filter_map(move |(index, per)| {
-                        let [a, d] = per.get(i).copied().unwrap_or([0, 0]);
-                        let (lo, hi) = if outcome == 0 { (0, a) } else { (a, a + d) };
-                        let left = index.saturating_mul(wi);
-                        (hi > lo).then(|| {
-                            let color = if outcome == 0 { ADMITTED } else { DENIED };
-                            let right = left.saturating_add(wi);
-                            Rectangle::new([(left, lo), (right, hi)], color.filled())
-                        })
-                    })
-                };
-                chart
-                    .draw_series(bars(0))
-                    .map_err(|e| e.to_string())?
-                    .label("admitted")
-                    .legend(|(x, y)| {
-                        Rectangle::new([(x, y - 6), (x + 14, y + 6)], ADMITTED.filled())
-                    });
-                chart
-                    .draw_series(bars(1))
-                    .map_err(|e| e.to_string())?
-                    .label("denied")
-                    .legend(|(x, y)| {
-                        Rectangle::new([(x, y - 6), (x + 14, y + 6)], DENIED.filled())
-                    });
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperRight)
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK.mix(0.3))
-                    .label_font((FONT, 13))
-                    .draw()
-                    .map_err(|e| e.to_string())?;
-            }
-            root.present().map_err(|e| e.to_string())?;
+impl Frame {
+    /// Draws candidate `i`'s panel, captioned `caption`: its grid (the time axis described
+    /// under the `last` panel only), its bars, and their legend.
+    fn draw_panel<DB: DrawingBackend>(
+        &self,
+        panel: &DrawingArea<DB, Shift>,
+        i: usize,
+        last: bool,
+        caption: &str,
+    ) -> Result<(), String> {
+        let (x0, x1) = self.x;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, (FONT, 16))
+            .margin_left(10)
+            .margin_right(25)
+            .margin_bottom(5)
+            .x_label_area_size(if last { 45 } else { 25 })
+            .y_label_area_size(70)
+            .build_cartesian_2d(
+                (x0..x1).with_key_points(self.labels.ticks.clone()),
+                0u64..self.y_top,
+            )
+            .map_err(|e| e.to_string())?;
+        let format_x = |x: &i64| self.labels.format(*x);
+        let mut mesh = chart.configure_mesh();
+        mesh.x_label_formatter(&format_x)
+            .y_desc(format!("requests per {}", human_duration(self.width_ms)))
+            .axis_desc_style((FONT, 14))
+            .label_style((FONT, 12))
+            .light_line_style(WHITE.mix(0.0))
+            .bold_line_style(BLACK.mix(0.12));
+        if last {
+            mesh.x_desc(self.labels.description.as_str());
         }
-        Ok(svg)
+        mesh.draw().map_err(|e| e.to_string())?;
+        for (outcome, label, color) in [(0, "admitted", ADMITTED), (1, "denied", DENIED)] {
+            chart
+                .draw_series(self.bars(i, outcome, color))
+                .map_err(|e| e.to_string())?
+                .label(label)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font((FONT, 13))
+            .draw()
+            .map_err(|e| e.to_string())
+    }
+
+    /// Candidate `i`'s bars of one outcome (0: admitted, from zero; 1: denied, stacked on
+    /// the admitted), in `color`; none for an empty part.
+    fn bars(
+        &self,
+        i: usize,
+        outcome: usize,
+        color: RGBColor,
+    ) -> impl Iterator<Item = Rectangle<(i64, u64)>> + '_ {
+        let wi = to_i64(self.width_ms);
+        self.buckets.iter().filter_map(move |(index, per)| {
+            let [a, d] = per.get(i).copied().unwrap_or([0, 0]);
+            let (lo, hi) = if outcome == 0 { (0, a) } else { (a, a + d) };
+            let left = index.saturating_mul(wi);
+            (hi > lo).then(|| {
+                let right = left.saturating_add(wi);
+                Rectangle::new([(left, lo), (right, hi)], color.filled())
+            })
+        })
     }
 }
 
@@ -471,7 +516,7 @@ pub(crate) fn human_duration(ms: u64) -> String {
         (60_000, "min"),
         (1_000, "s"),
     ] {
-        if ms != 0 && ms % per == 0 {
+        if ms != 0 && ms.is_multiple_of(per) {
             return format!("{} {name}", ms / per);
         }
     }

@@ -217,18 +217,7 @@ fn replay<R: BufRead + Buffered>(
             plot.start(request.t_ms, source.time_axis());
         }
         for (i, (candidate, backend)) in candidates.iter().zip(backends).enumerate() {
-            let decision = backend
-                .decide(
-                    &request.key,
-                    &candidate.policies,
-                    request.cost,
-                    request.t_ms,
-                )
-                .map_err(|e| Failure::Backend {
-                    line,
-                    candidate: candidate.name.clone(),
-                    error: e.to_string(),
-                })?;
+            let decision = decide(&**backend, candidate, line, &request)?;
             if let Some(plot) = &mut plot {
                 plot.record(i, request.t_ms, decision.allowed());
             }
@@ -242,12 +231,38 @@ fn replay<R: BufRead + Buffered>(
     if let Some(summary) = summary {
         summary.write(out).map_err(Failure::Write)?;
     }
-    if let (Some(plot), Some(path)) = (plot, &args.plot) {
-        let titles: Vec<String> = candidates.iter().map(Candidate::title).collect();
-        let svg = plot.render(&titles).map_err(Failure::Plot)?;
-        std::fs::write(path, svg).map_err(|e| Failure::Plot(format!("{}: {e}", path.display())))?;
+    match (plot, &args.plot) {
+        (Some(plot), Some(path)) => write_plot(&plot, candidates, path),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// `candidate`'s decision on `backend` for `request`, read from line `line` of the trace.
+fn decide(
+    backend: &dyn backend::SimBackend,
+    candidate: &Candidate,
+    line: u64,
+    request: &Request,
+) -> Result<Decision, Failure> {
+    backend
+        .decide(
+            &request.key,
+            &candidate.policies,
+            request.cost,
+            request.t_ms,
+        )
+        .map_err(|e| Failure::Backend {
+            line,
+            candidate: candidate.name.clone(),
+            error: e.to_string(),
+        })
+}
+
+/// Draws `plot`, one panel per candidate, into the SVG file at `path`.
+fn write_plot(plot: &PlotData, candidates: &[Candidate], path: &Path) -> Result<(), Failure> {
+    let titles: Vec<String> = candidates.iter().map(Candidate::title).collect();
+    let svg = plot.render(&titles).map_err(Failure::Plot)?;
+    std::fs::write(path, svg).map_err(|e| Failure::Plot(format!("{}: {e}", path.display())))
 }
 
 /// The narrowest bucket a plot chooses by itself: an access log's times are whole seconds.

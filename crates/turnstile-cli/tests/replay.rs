@@ -1,10 +1,10 @@
 //! End-to-end tests of replaying real traffic: `--format nginx` access logs (re-sorting,
 //! malformed lines, offsets from UTC), `--compare` (output, order, summary columns, Redis),
-//! `--plot` (a valid SVG with the expected series) and the README's plot command.
+//! `--plot` (a valid SVG with the expected series) and the plot command of `docs/algorithms.md`.
 
 mod common;
 
-use common::{run, stderr, stdout, workspace_root};
+use common::{run, stderr, stdout, usage_error, workspace_root};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -310,14 +310,7 @@ fn the_json_trace_stays_strict_and_the_new_flags_check_their_use() {
             "gcra:limit=2,period=1s",
         ],
     ] {
-        let out = run(args, b"");
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
-        assert!(
-            !stderr(&out).contains("panicked"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-        assert_eq!(stdout(&out), "", "{args:?}");
+        usage_error(args);
     }
 }
 
@@ -602,10 +595,10 @@ fn an_empty_trace_still_plots_axes() {
     assert!(svg_texts(&path).iter().any(|t| t == "admitted"));
 }
 
-/// The README's "Choosing an algorithm" plot: its command is in the README, and running it
-/// gives the committed SVG byte for byte.
+/// The plot of `docs/algorithms.md`: its command is on the page, and running it gives the
+/// committed SVG byte for byte.
 #[test]
-fn the_readme_plot_is_what_its_command_draws() {
+fn the_algorithms_page_plot_is_what_its_command_draws() {
     let root = workspace_root();
     let compare = [
         "token-bucket:limit=20,period=10s",
@@ -619,10 +612,13 @@ fn the_readme_plot_is_what_its_command_draws() {
         "cargo run -p turnstile-cli -- simulate --input examples/traces/bursty.jsonl --summary --plot docs/algorithms.svg --bucket 1s --compare {}",
         compare.join(" ")
     );
-    let readme = fs::read_to_string(root.join("README.md")).expect("the README");
-    let flat = readme.replace("\\\n", " ");
+    let page = fs::read_to_string(root.join("docs/algorithms.md")).expect("docs/algorithms.md");
+    let flat = page.replace("\\\n", " ");
     let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(flat.contains(&command), "the README lacks {command}");
+    assert!(
+        flat.contains(&command),
+        "docs/algorithms.md lacks {command}"
+    );
 
     let path = tmp("algorithms.svg");
     let input = root.join("examples/traces/bursty.jsonl");
@@ -640,17 +636,17 @@ fn the_readme_plot_is_what_its_command_draws() {
     args.extend(compare);
     let out = run(&args, b"");
     assert!(out.status.success(), "{}", stderr(&out));
-    // The table the README shows.
+    // The table the page shows.
     for row in stdout(&out).lines().skip(1) {
         assert!(
-            readme.contains(row),
-            "the README lacks the summary row {row:?}"
+            page.contains(row),
+            "docs/algorithms.md lacks the summary row {row:?}"
         );
     }
     let want = fs::read(root.join("docs/algorithms.svg")).expect("docs/algorithms.svg");
     let got = fs::read(&path).expect("the plot");
     assert!(
         got == want,
-        "docs/algorithms.svg is not what the README's command draws"
+        "docs/algorithms.svg is not what the page's command draws"
     );
 }

@@ -92,8 +92,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// when it is known without polling (`Ok`: a backend that decides inside the call, as the
     /// in-memory one does), else `fut` back, unpolled (`Err`). `Ok(r)` is exactly what polling
     /// `fut` would have given, with the same side effects: callers that can use an answer at
-    /// once (the tower layer calls the inner service straight away) skip a future. The
-    /// default knows nothing (`Err(fut)`).
+    /// once (and go on with the request straight away) skip a future. The default knows
+    /// nothing (`Err(fut)`).
     ///
     /// # Errors
     /// `Err(fut)` is not a failure: the check has not finished and `fut` must be polled.

@@ -2,16 +2,20 @@
 
 use crate::backend::BackendError;
 
-/// What a request gets when the backend cannot decide it: the operator's one choice, made on
-/// the layer's builder (`RateLimitLayerBuilder::on_backend_failure`) or in the TOML file
-/// (`[backend] failure = "open" | "closed" | "local"`).
+/// What a check gets when the backend cannot decide it: the operator's one choice, made
+/// once for every check (named in configuration files and flags by
+/// [`FailurePolicy::as_str`]).
 ///
 /// | error ([`BackendError`]) | `Open` | `Closed` | `Local` (default) | counts as down |
 /// | --- | --- | --- | --- | --- |
-/// | unreachable (an endpoint that is not the backend included: the Redis backend says "not a Redis server at …"), timed out, or failed running the check ([`BackendError::is_unavailable`]: `Connection`, `Timeout`, `Script`) | admitted, no rate-limit headers | `503` (gRPC `UNAVAILABLE`) | decided by the local fallback | yes, on the backend's evidence (the Redis backend: per node) |
-/// | one key's stored state or configuration unreadable (`InvalidState`) | admitted | `503` | decided by the local fallback | no |
-/// | the in-memory key cap reached (`CapacityExceeded`) | admitted | `503` | admitted (as `Open`: the fallback is memory too) | no |
-/// | the request cannot be represented (`InvalidRequest`) | admitted | `503` | admitted (as `Open`) | no |
+/// | unreachable (an endpoint that is not the backend included: the Redis backend says "not a Redis server at …"), timed out, or failed running the check ([`BackendError::is_unavailable`]: `Connection`, `Timeout`, `Script`) | admitted, without a decision | denied as unavailable | decided by the local fallback | yes, on the backend's evidence (the Redis backend: per node) |
+/// | one key's stored state or configuration unreadable (`InvalidState`) | admitted | denied as unavailable | decided by the local fallback | no |
+/// | the in-memory key cap reached (`CapacityExceeded`) | admitted | denied as unavailable | admitted (as `Open`: the fallback is memory too) | no |
+/// | the request cannot be represented (`InvalidRequest`) | admitted | denied as unavailable | admitted (as `Open`) | no |
+///
+/// [`FailurePolicy::on_error`] is this table as a function, [`OnError`] its outcomes. What
+/// an outcome becomes for a client — what an admitted request carries, how a refusal is
+/// answered — is the front end's to say.
 ///
 /// Under `Local`, a failure of the fallback itself (its own key cap) is handled as `Open`.
 /// The local fallback (`wrap::Fallback`) limits each process on its
@@ -23,11 +27,10 @@ use crate::backend::BackendError;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// Admit the request without rate-limit headers: a limiter failure does not take the
-    /// service down.
+    /// Admit the request without a decision: a limiter failure does not take the service
+    /// down.
     Open,
-    /// Answer `503 Service Unavailable` (gRPC `UNAVAILABLE`) without calling the inner
-    /// service.
+    /// Deny the request as unavailable: nothing is admitted that the backend did not decide.
     Closed,
     /// Decide in memory on this process with the same policies until the backend answers
     /// again (the default); whatever the fallback cannot decide is admitted, as `Open`.
@@ -39,9 +42,10 @@ pub enum FailurePolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnError {
-    /// Admit it, without rate-limit headers.
+    /// Admit it, without a decision (so with no policy's state to report).
     Admit,
-    /// Refuse it as unavailable (`503` / `UNAVAILABLE`).
+    /// Deny it as unavailable: the limiter cannot serve it (not a rate-limit denial, so no
+    /// wait to report).
     Refuse,
     /// Decide it with the local fallback.
     DecideLocally,
@@ -89,11 +93,11 @@ impl FailurePolicy {
         }
     }
 
-    /// What the policy does, in words (for `turnstile check-config`).
+    /// What the policy does with a request the backend cannot decide, in words.
     pub fn describe(self) -> &'static str {
         match self {
             FailurePolicy::Open => "admit the request",
-            FailurePolicy::Closed => "answer 503 (gRPC UNAVAILABLE)",
+            FailurePolicy::Closed => "deny the request as unavailable",
             FailurePolicy::Local => {
                 "decide in memory on each process; what that cannot decide is admitted"
             }

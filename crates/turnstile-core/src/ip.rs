@@ -1,5 +1,5 @@
-//! Client keys from IP addresses, the same everywhere they are derived (the tower layer's
-//! IP key extractors, `turnstile simulate --format nginx`, `turnstile quota`).
+//! Client keys from IP addresses, the same everywhere they are derived (the `turnstile`
+//! crate's IP key extractors, `turnstile simulate --format nginx`, `turnstile quota`).
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};

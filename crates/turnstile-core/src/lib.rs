@@ -2,9 +2,17 @@
 //! transitions, clocks, the [`Backend`] trait and the in-memory backend.
 //!
 //! Nothing here knows about HTTP or Redis; the `turnstile` crate puts this behind a tower
-//! layer, and `turnstile-redis` runs the same transitions in Redis Lua. Every decision
-//! follows the project's `SEMANTICS.md` to the unit: integer arithmetic with the emission
-//! interval T = P / L never rounded, so no drift over any run.
+//! layer (and re-exports this crate as `turnstile::turnstile_core`), and `turnstile-redis`
+//! runs the same transitions in Redis Lua. Every decision follows the project's
+//! [`SEMANTICS.md`] to the unit: integer arithmetic with the emission interval T = P / L
+//! never rounded, so no drift over any run.
+//!
+//! ```toml
+//! [dependencies]
+//! turnstile-core = "0.1"   # features: tokio, metrics
+//! ```
+//!
+//! Rust 1.85. In memory, on a manual clock:
 //!
 //! ```
 //! use std::time::Duration;
@@ -40,7 +48,8 @@
 //! - `metrics`: the `turnstile_memory_keys` gauge (keys an in-memory backend tracks) through
 //!   the `metrics` facade.
 //!
-//! [turnstile]: https://docs.rs/turnstile
+//! [turnstile]: https://github.com/turnstile-rs/turnstile
+//! [`SEMANTICS.md`]: https://github.com/turnstile-rs/turnstile/blob/main/docs/SEMANTICS.md
 
 // On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -48,6 +57,7 @@
 pub mod algorithm;
 mod backend;
 mod clock;
+mod debt;
 pub mod decision;
 mod failure;
 mod few;
@@ -57,6 +67,7 @@ pub mod metric_names;
 pub mod policy;
 pub mod quota;
 pub mod round;
+mod shared;
 #[cfg(test)]
 mod test_util;
 pub mod wrap;

@@ -1,20 +1,20 @@
 //! Every metric name, label name and fixed label value turnstile records through the
-//! `metrics` facade, declared once for every crate that records one: the tower layer
-//! (`turnstile`), the in-memory backend (here) and the Redis backend (`turnstile-redis`).
+//! `metrics` facade, declared once for every crate that records one: the `turnstile` crate,
+//! the in-memory backend (here) and the Redis backend (`turnstile-redis`).
 //!
 //! The `turnstile` crate's `metrics` module re-exports these and describes each metric: its
 //! type, labels, unit and when it is recorded.
 
 /// `turnstile_decisions_total{policy, outcome}` (counter, requests): one per policy per
-/// request the layer checked. Labels [`LABEL_POLICY`] and [`LABEL_OUTCOME`].
+/// request the `turnstile` crate checked. Labels [`LABEL_POLICY`] and [`LABEL_OUTCOME`].
 pub const DECISIONS_TOTAL: &str = "turnstile_decisions_total";
 
 /// `turnstile_backend_check_duration_seconds` (histogram, seconds): the latency of each
-/// backend check, measured in the layer. No labels.
+/// backend check, as the `turnstile` crate (the caller) measures it. No labels.
 pub const BACKEND_CHECK_DURATION_SECONDS: &str = "turnstile_backend_check_duration_seconds";
 
 /// `turnstile_backend_errors_total{kind}` (counter, errors): backend errors that reached the
-/// layer. Label [`LABEL_KIND`].
+/// `turnstile` crate (past any wrapper). Label [`LABEL_KIND`].
 pub const BACKEND_ERRORS_TOTAL: &str = "turnstile_backend_errors_total";
 
 /// `turnstile_missing_key_total{reason}` (counter, requests): requests whose key could not
@@ -60,7 +60,7 @@ pub const OUTCOME_DELAYED: &str = "delayed";
 /// `outcome` of a rejected request.
 pub const OUTCOME_DENIED: &str = "denied";
 
-/// `outcome` of a request the layer's shadow action admitted though it would have been
+/// `outcome` of a request a shadow (dry-run) action admitted though it would have been
 /// denied.
 pub const OUTCOME_SHADOW_DENIED: &str = "shadow_denied";
 

@@ -7,9 +7,9 @@
 //!
 //! | function | unit | used for |
 //! | --- | --- | --- |
-//! | [`ceil_ms`] | whole milliseconds | `turnstile simulate` output, gRPC `RetryInfo` |
-//! | [`ceil_secs`] | whole seconds | the `t` of the `RateLimit` header, `X-RateLimit-Reset` |
-//! | [`retry_after_secs`] | whole seconds, at least 1 | `Retry-After` of a denial |
+//! | [`ceil_ms`] | whole milliseconds | waits reported in ms (`turnstile simulate`, `turnstile quota`, an RPC's retry information) |
+//! | [`ceil_secs`] | whole seconds | waits and resets reported in seconds |
+//! | [`retry_after_secs`] | whole seconds, at least 1 | a denial's wait in seconds, when a client is told when to retry |
 //!
 //! ```
 //! use std::time::Duration;
@@ -36,9 +36,8 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
-/// The delta-seconds of a denial's `Retry-After` (and of any wait a denial reports in whole
-/// seconds): `d` in whole seconds, rounded up, and at least 1 s, so a client never retries
-/// before the real wait has passed.
+/// A denial's wait as a client is told it in whole seconds: `d` in whole seconds, rounded
+/// up, and at least 1 s, so a client never retries before the real wait has passed.
 pub fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
 }

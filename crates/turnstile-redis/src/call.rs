@@ -126,7 +126,7 @@ impl Drop for Call {
 #[cfg(test)]
 mod tests {
     use super::*;
-    
+
     #[test]
     fn a_call_is_its_command_name_target_key_count_keys_and_arguments_in_order() {
         let mut call = Call::new(Which::Check, "f", 2);

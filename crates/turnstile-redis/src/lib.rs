@@ -1,7 +1,20 @@
 //! The Redis backend of [turnstile]: one limit for a whole fleet, on a single Redis node, a
 //! Redis Cluster, or the primary Redis Sentinel names (feature `sentinel`). Redis 5.0 or later
 //! ([`MIN_REDIS_VERSION`]); failover, restarts and overload are handled as
-//! [`RedisBackend`]'s docs say.
+//! [`RedisBackend`]'s docs say, and the guide to running it in production is
+//! [`docs/redis.md`](https://github.com/turnstile-rs/turnstile/blob/main/docs/redis.md).
+//!
+//! With the tower layer, enable the `redis` feature of `turnstile` (`turnstile::redis` is this
+//! crate) and pass the backend to `RateLimitLayer::backend`. On its own:
+//!
+//! ```toml
+//! [dependencies]
+//! turnstile-redis = "0.1"   # features: tls, tls-webpki-roots, sentinel, metrics
+//! turnstile-core = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! Rust 1.88 (the `redis` crate 1.8 needs it).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -29,7 +42,7 @@
 //! `FCALL` of its Redis Function library ([`library()`]) on Redis 7, an `EVALSHA` of the same
 //! Lua composed into one script ([`CHECK_SCRIPT`]) where Functions are refused or
 //! [`ScriptMode::Eval`] asks for it,
-//! following the project's `SEMANTICS.md` exactly, as the in-memory backend does: the two
+//! following the project's [`SEMANTICS.md`] exactly, as the in-memory backend does: the two
 //! give the same decisions for the same requests at the same times. Lua numbers are doubles,
 //! so the scripts keep every intermediate below 2^53 and divide with `math.fmod`.
 //!
@@ -47,7 +60,8 @@
 //! node and every node of a Cluster use the certificates; Sentinel (`redis+sentinel://`) has
 //! no TLS here, and TLS files with a Sentinel URL are refused.
 //!
-//! [turnstile]: https://docs.rs/turnstile
+//! [turnstile]: https://github.com/turnstile-rs/turnstile
+//! [`SEMANTICS.md`]: https://github.com/turnstile-rs/turnstile/blob/main/docs/SEMANTICS.md
 
 // On docs.rs (`--cfg docsrs`, nightly): show which feature each gated item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -16,7 +16,6 @@
 
 use std::path::PathBuf;
 
-
 use crate::error::InvalidRedisConfig;
 
 /// The TLS files a builder was given; read when the backend is built.
@@ -147,7 +146,7 @@ mod rustls_checks {
     use std::path::Path;
     use std::sync::Arc;
 
-        use rustls::pki_types::pem::{self, PemObject};
+    use rustls::pki_types::pem::{self, PemObject};
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use rustls::{ClientConfig, RootCertStore};
 

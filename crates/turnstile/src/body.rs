@@ -1,11 +1,15 @@
-//! The response body: the inner service's, or turnstile's own for a denial.
+//! The response body: the inner service's, or turnstile's own for a denial; and the
+//! response each of them comes in.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+
+use crate::headers::Prepared;
 
 pin_project! {
     /// The body of a response from [`RateLimit`](crate::RateLimit): either the inner
@@ -50,6 +54,31 @@ impl<B> ResponseBody<B> {
         ResponseBody {
             kind: Kind::Full { data: None },
         }
+    }
+}
+
+/// The inner service's response `res`, with the rate-limit fields `headers` added.
+#[inline]
+pub(crate) fn inner_response<B>(
+    res: Response<B>,
+    headers: Option<Prepared>,
+) -> Response<ResponseBody<B>> {
+    let mut res = res.map(ResponseBody::inner);
+    if let Some(h) = headers {
+        h.insert(res.headers_mut());
+    }
+    res
+}
+
+/// Turnstile's own answer, taken from its state (`None`: polled after it was given, a
+/// contract violation by the caller; stay pending rather than panic).
+#[inline]
+pub(crate) fn own_response<B, E>(
+    res: Option<Response<Bytes>>,
+) -> Poll<Result<Response<ResponseBody<B>>, E>> {
+    match res {
+        Some(res) => Poll::Ready(Ok(res.map(ResponseBody::full))),
+        None => Poll::Pending,
     }
 }
 

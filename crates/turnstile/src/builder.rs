@@ -13,10 +13,10 @@ use crate::error::InvalidLayer;
 use crate::headers::policy_value;
 use crate::key::{KeyExtractor, KeyLogging, MissingKey, PeerIp, RequestRef};
 use crate::layer::RateLimitLayer;
+use crate::limiter::{Limiter, Settings};
 use crate::naming;
 use crate::response::{denial_fn, Denial, DenialBody, DenialFn};
 use crate::rule::{CompiledRule, CostFn, Rule};
-use crate::state::{Config, Settings};
 use crate::tier::{RequestTier, RuleTiers, TierFn};
 
 impl RateLimitLayer<MemoryBackend, PeerIp> {
@@ -185,7 +185,16 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     }
 
     /// What to do when the backend cannot decide (default [`FailurePolicy::Local`]: decide
-    /// in memory on this process; see [`FailurePolicy`] for the whole table).
+    /// in memory on this process; see [`FailurePolicy`] for which error gets which outcome).
+    /// The layer answers each outcome ([`OnError`](turnstile_core::OnError)) so:
+    ///
+    /// | outcome | HTTP | gRPC |
+    /// | --- | --- | --- |
+    /// | admitted (`Open`, and what `Local` cannot decide) | the inner service's response, without rate-limit headers | the same |
+    /// | denied as unavailable (`Closed`) | `503 Service Unavailable` with an RFC 9457 problem body; the inner service is not called | `UNAVAILABLE` (trailers only) |
+    /// | decided by the local fallback (`Local`) | as any decision: admitted with headers, or `429` | as any decision |
+    ///
+    /// `turnstile check-config` says the same in words.
     pub fn on_backend_failure(mut self, failure: FailurePolicy) -> Self {
         self.parts.failure = failure;
         self
@@ -227,7 +236,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// anything [`DenialBody`] covers: `String`, `Vec<u8>`, `Bytes`, a static string, and
     /// with the `axum` feature axum's own body, so `f` may end in
     /// `IntoResponse::into_response()` (or use
-    /// [`denial_into_response`](Self::denial_into_response)). The layer adds
+    /// `denial_into_response`, feature `axum`). The layer adds
     /// `RateLimit-Policy` and `RateLimit` (and the legacy fields if enabled) to whatever `f`
     /// returns; `Retry-After` is `f`'s to set (the default response sets it).
     ///
@@ -378,47 +387,12 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             key,
             parts: p,
         } = self;
-        let mut rules: Vec<CompiledRule> = Vec::with_capacity(p.rules.len() + 1);
-        for rule in p.rules {
-            rules.push(compile(rule, true)?);
-        }
         let has_default = !p.policies.is_empty();
-        if has_default {
-            rules.push(compile(Rule::new().policies(p.policies), false)?);
-        }
-        if !rules
-            .iter()
-            .any(|r| !r.rule.exempt && !r.policies.is_empty())
-        {
-            return Err(InvalidLayer::NoPolicies);
-        }
-        // A shared name is a shared counter: the parameters must agree.
-        naming::check_shared_names(rules.iter().flat_map(|r| r.policies.iter()))?;
+        let mut rules = compile_rules(p.rules, p.policies)?;
         check_action(&rules, p.action)?;
-        for (name, policies) in &p.tiers {
-            check_action_policies(policies, p.action)?;
-            turnstile_core::quota::validate_policy_set(policies).map_err(InvalidLayer::Tier)?;
-            turnstile_core::quota::validate_tier_name(name).map_err(InvalidLayer::Tier)?;
-        }
+        check_tiers(&p.tiers, p.action)?;
         for rule in &mut rules {
-            if rule.policies.is_empty() {
-                continue;
-            }
-            let mut limits = Limits::new(rule.policies.iter().cloned())
-                .map_err(|_| InvalidLayer::DuplicatePolicyName(rule.rule.label()))?
-                .when_unconfigured(p.unconfigured);
-            for (name, policies) in &p.tiers {
-                limits = limits
-                    .with_tier(name, policies.iter().cloned())
-                    .map_err(InvalidLayer::Tier)?;
-            }
-            rule.limits = Some(limits);
-            if p.request_tier.is_some() {
-                rule.tiers = Some(
-                    RuleTiers::new(&rule.policies, &rule.policy_header, &p.tiers)
-                        .map_err(InvalidLayer::Tier)?,
-                );
-            }
+            attach_limits(rule, &p.tiers, p.unconfigured, p.request_tier.is_some())?;
         }
         let metric_keys = crate::metrics::Keys::new(
             rules
@@ -448,7 +422,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         };
         Ok(RateLimitLayer {
             live: None,
-            config: Arc::new(Config {
+            limiter: Arc::new(Limiter {
                 backend: settings.fallback(backend),
                 key,
                 settings: Arc::new(settings),
@@ -456,6 +430,70 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             }),
         })
     }
+}
+
+/// The layer's rules, compiled in order, then its own `policies` as a last rule matching
+/// every request (when there are any). Some policy must apply somewhere, and a name shared
+/// between rules must mean the same parameters (a shared name is a shared counter).
+fn compile_rules(
+    rules: Vec<Rule>,
+    policies: Vec<Policy>,
+) -> Result<Vec<CompiledRule>, InvalidLayer> {
+    let mut compiled: Vec<CompiledRule> = Vec::with_capacity(rules.len() + 1);
+    for rule in rules {
+        compiled.push(compile(rule, true)?);
+    }
+    if !policies.is_empty() {
+        compiled.push(compile(Rule::new().policies(policies), false)?);
+    }
+    if !compiled
+        .iter()
+        .any(|r| !r.rule.exempt && !r.policies.is_empty())
+    {
+        return Err(InvalidLayer::NoPolicies);
+    }
+    naming::check_shared_names(compiled.iter().flat_map(|r| r.policies.iter()))?;
+    Ok(compiled)
+}
+
+/// Each tier: a valid name, a valid policy set, no leaky bucket longer than `action` waits.
+fn check_tiers(tiers: &[(String, Vec<Policy>)], action: Action) -> Result<(), InvalidLayer> {
+    for (name, policies) in tiers {
+        check_action_policies(policies, action)?;
+        turnstile_core::quota::validate_policy_set(policies).map_err(InvalidLayer::Tier)?;
+        turnstile_core::quota::validate_tier_name(name).map_err(InvalidLayer::Tier)?;
+    }
+    Ok(())
+}
+
+/// Gives a rule with policies the [`Limits`] its requests are checked against (its policies,
+/// the layer's `tiers`, and what keys without configuration get), and, when a request-tier
+/// function chooses tiers per request (`per_request`), the tier sets it selects.
+fn attach_limits(
+    rule: &mut CompiledRule,
+    tiers: &[(String, Vec<Policy>)],
+    unconfigured: Unconfigured,
+    per_request: bool,
+) -> Result<(), InvalidLayer> {
+    if rule.policies.is_empty() {
+        return Ok(());
+    }
+    let mut limits = Limits::new(rule.policies.iter().cloned())
+        .map_err(|_| InvalidLayer::DuplicatePolicyName(rule.rule.label()))?
+        .when_unconfigured(unconfigured);
+    for (name, policies) in tiers {
+        limits = limits
+            .with_tier(name, policies.iter().cloned())
+            .map_err(InvalidLayer::Tier)?;
+    }
+    rule.limits = Some(limits);
+    if per_request {
+        rule.tiers = Some(
+            RuleTiers::new(&rule.policies, &rule.policy_header, tiers)
+                .map_err(InvalidLayer::Tier)?,
+        );
+    }
+    Ok(())
 }
 
 /// Names a rule's policies and precomputes what the layer needs. `derive_names`: whether
@@ -529,7 +567,7 @@ mod tests {
             .build()
             .unwrap();
         let names: Vec<&str> = l
-            .config
+            .limiter
             .settings
             .rules
             .iter()

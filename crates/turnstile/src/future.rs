@@ -7,7 +7,7 @@
 //! future and the rate-limit fields for its response; a denied one carries the denial. Only
 //! a request that must wait (a remote backend's answer, a leaky bucket's delay, an
 //! [`Action::Delay`](crate::Action::Delay) re-check) moves the inner service and the request
-//! into a boxed state machine ([`crate::slow`]).
+//! into a boxed state machine ([`crate::waiting`]).
 
 use std::fmt;
 use std::future::Future;
@@ -18,18 +18,16 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 use tower_service::Service;
+use turnstile_core::wrap::Fallback;
 use turnstile_core::Backend;
 
-use crate::action::Action;
-use crate::body::ResponseBody;
+use crate::body::{inner_response, own_response, ResponseBody};
+use crate::check::{Check, Next, Plan};
 use crate::headers::Prepared;
-use crate::key::{Key, KeyExtractor, MissingKey, RequestRef};
-use crate::response::{key_error, Protocol};
-use crate::slow::{without_reservation, CheckCx, Next, SlowFuture, Start};
-use crate::state::Config;
-use crate::trace::{check_span, measure};
+use crate::key::KeyExtractor;
+use crate::limiter::Limiter;
+use crate::waiting::{without_reservation, Reply, Start, WaitingFuture};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): the inner service's answer
@@ -40,7 +38,7 @@ pin_project! {
     /// [`Service::call`](https://docs.rs/tower-service/0.3/tower_service/trait.Service.html#tymethod.call),
     /// and an admitted request's inner service is called there too.
     ///
-    /// A request that must wait (a leaky bucket's delay, an [`Action::Delay`] re-check)
+    /// A request that must wait (a leaky bucket's delay, an [`Action::Delay`](crate::Action::Delay) re-check)
     /// releases the readiness it reserved from the inner service when its wait starts (it
     /// drops the service `poll_ready` readied and keeps an unreserved clone), and drives the
     /// clone's `poll_ready` again when its wait ends, before calling it: waiting holds no
@@ -50,7 +48,7 @@ pin_project! {
     /// # Cancellation
     /// Dropping the future leaves the limiter consistent: each check is atomic in the
     /// backend, so it either consumed quota or not, and a denied check consumes nothing (so
-    /// dropping a request that [`Action::Delay`] holds for a re-check costs nothing).
+    /// dropping a request that [`Action::Delay`](crate::Action::Delay) holds for a re-check costs nothing).
     /// Dropping it after an admission (for instance during a leaky bucket's delay) does not
     /// give the quota back.
     #[must_use = "futures do nothing unless polled"]
@@ -60,7 +58,7 @@ pin_project! {
         S: Service<R>,
     {
         #[pin]
-        state: State<S::Future, SlowFuture<B, K, S, R>>,
+        state: State<S::Future, WaitingFuture<B, K, S, R>>,
     }
 }
 
@@ -72,7 +70,7 @@ pin_project! {
         // Turnstile answers itself.
         Respond { res: Option<Response<Bytes>> },
         // A request that waits.
-        Slow { fut: Pin<Box<W>> },
+        Waiting { fut: Pin<Box<W>> },
         Done,
     }
 }
@@ -86,7 +84,7 @@ where
         let (state, cost) = match &self.state {
             State::Calling { .. } => ("calling", None),
             State::Respond { .. } => ("responding", None),
-            State::Slow { fut } => (fut.state_name(), Some(fut.cost())),
+            State::Waiting { fut } => (fut.state_name(), Some(fut.cost())),
             State::Done => ("done", None),
         };
         let mut d = f.debug_struct("ResponseFuture");
@@ -132,98 +130,59 @@ where
     }
 
     /// Starts handling `req` with the ready service `inner` (left ready for the next call, or
-    /// replaced by a clone when the request took its readiness), under `config`.
+    /// replaced by a clone when the request took its readiness), under `limiter`.
     #[inline]
-    pub(crate) fn start(config: &Arc<Config<B, K>>, inner: &mut S, req: Request<ReqBody>) -> Self {
-        let settings = &*config.settings;
-        let view = RequestRef::new(&req);
-        let protocol = Protocol::of(&view);
-        let rule_index = settings.rules.iter().position(|r| r.rule.matches(&view));
-        // Exempt rules and requests no rule matches pass unchecked, without headers.
-        let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
-            return Self::call_now(inner, req, None);
+    pub(crate) fn start(
+        limiter: &Arc<Limiter<B, K>>,
+        inner: &mut S,
+        req: Request<ReqBody>,
+    ) -> Self {
+        let (mut check, limits) = match Check::plan(limiter, &req) {
+            Plan::Pass => return Self::call_now(inner, req, None),
+            Plan::Respond(res) => return Self::respond(inner, res),
+            Plan::Check(check, limits) => (check, limits),
         };
-        let rule = &settings.rules[rule_index];
-        let key = match config.key.extract_key(&req) {
-            Ok(k) => k,
-            Err(e) => {
-                crate::metrics::missing_key(e.kind());
-                // A misconfiguration (no connect info) is logged once, whatever the outcome.
-                config.key_failed(&e);
-                match &settings.missing_key {
-                    MissingKey::Allow => return Self::call_now(inner, req, None),
-                    MissingKey::Key(k) => Key::from(Arc::clone(k)),
-                    MissingKey::Reject => return Self::respond(inner, key_error(&e, protocol)),
-                }
-            }
-        };
-        let key_str = key.as_str();
-        let exempt_key = !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(key_str);
-        let tier = if exempt_key {
-            None
-        } else {
-            config.choose_tier(settings, rule, &view)
-        };
-        let (Some(limits), false) = (rule.limits_for(tier), exempt_key) else {
-            return Self::call_now(inner, req, None);
-        };
-        let cost = config.cost(rule, &view);
-        let deadline = match settings.action {
-            Action::Delay { max_wait } => Instant::now().checked_add(max_wait),
-            _ => None,
-        };
-        let span = check_span(settings, rule, key_str, cost);
-        let started = measure(&span);
-        let ticket = config.ticket();
-        let check = config.backend.check_limits(key_str, limits, cost, None);
-        let mut cx = CheckCx {
-            key,
-            rule: rule_index,
-            tier,
-            cost,
-            protocol,
-            deadline,
-            span,
-            started,
-            waited: false,
-            ticket,
-        };
-        let result = match <turnstile_core::wrap::Fallback<B> as Backend>::ready_now(check) {
+        let reply = limiter
+            .backend
+            .check_limits(&check.key, limits, check.cost, None);
+        let result = match <Fallback<B> as Backend>::ready_now(reply) {
             Ok(result) => result,
-            Err(check) => {
+            Err(reply) => {
                 // The answer is awaited: the future takes the readied service and the request.
                 let ready = take_ready(inner);
-                return Self::slow(config, ready, req, cx, Start::Checking(check));
+                return Self::waiting(limiter, ready, req, check, Start::Checking(reply));
             }
         };
         // As the waiting future polls a check, within the check's span.
-        if cx.span.metadata().is_some() {
-            let _entered = cx.span.enter();
+        if check.span.metadata().is_some() {
+            let _entered = check.span.enter();
         }
-        match cx.settle(config, result) {
+        match check.settle(limiter, result) {
             Next::Call(headers) => Self::call_now(inner, req, headers),
             Next::Respond(res) => Self::respond(inner, res),
             Next::Delay { at, headers } => {
-                let unreserved = unreserved(inner);
-                Self::slow(config, unreserved, req, cx, Start::Delaying(at, headers))
+                let start = Start::Delaying(at, headers);
+                Self::waiting(limiter, unreserved(inner), req, check, start)
             }
             Next::Recheck { at } => {
-                let unreserved = unreserved(inner);
-                Self::slow(config, unreserved, req, cx, Start::Waiting(at))
+                let start = Start::AwaitingRecheck(at);
+                Self::waiting(limiter, unreserved(inner), req, check, start)
             }
         }
     }
 
-    fn slow(
-        config: &Arc<Config<B, K>>,
+    /// A request that waits, from `start`: the inner service `inner` and `req` move into
+    /// the boxed [`WaitingFuture`].
+    fn waiting(
+        limiter: &Arc<Limiter<B, K>>,
         inner: S,
         req: Request<ReqBody>,
-        cx: CheckCx,
-        start: Start<turnstile_core::wrap::FallbackFuture<B::Future, turnstile_core::SystemClock>>,
+        check: Check,
+        start: Start<Reply<B>>,
     ) -> Self {
-        let fut = SlowFuture::new(Arc::clone(config), inner, req, cx, start);
+        let fut = WaitingFuture::new(Arc::clone(limiter), inner, req, check, start);
         ResponseFuture {
-            state: State::Slow { fut: Box::pin(fut) },
+            state: State::Waiting { fut: Box::pin(fut) },
         }
     }
 }
@@ -248,21 +207,14 @@ where
                 let res = ready!(fut.poll(cx));
                 let headers = headers.take();
                 this.state.set(State::Done);
-                let mut res = res?.map(ResponseBody::inner);
-                if let Some(h) = headers {
-                    h.insert(res.headers_mut());
-                }
-                Poll::Ready(Ok(res))
+                Poll::Ready(Ok(inner_response(res?, headers)))
             }
             StateProj::Respond { res } => {
                 let res = res.take();
                 this.state.set(State::Done);
-                match res {
-                    Some(res) => Poll::Ready(Ok(res.map(ResponseBody::full))),
-                    None => Poll::Pending,
-                }
+                own_response(res)
             }
-            StateProj::Slow { fut } => {
+            StateProj::Waiting { fut } => {
                 let out = ready!(fut.as_mut().poll(cx));
                 this.state.set(State::Done);
                 Poll::Ready(out)

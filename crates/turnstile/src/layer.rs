@@ -4,14 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use tower_layer::Layer;
+use turnstile_core::wrap::Fallback;
 use turnstile_core::{FailurePolicy, MemoryBackend, Policy};
 
 use crate::action::{check_action, Action};
 use crate::error::InvalidLayer;
 use crate::key::{KeyExtractor, PeerIp};
+use crate::limiter::{Limiter, LiveLimiter, Settings};
 use crate::response::DenialFnDebug;
 use crate::service::RateLimit;
-use crate::state::{Config, Live, Settings};
 
 /// A tower [`Layer`](https://docs.rs/tower-layer/0.3/tower_layer/trait.Layer.html) that rate-limits every request of the service it wraps.
 ///
@@ -78,16 +79,16 @@ use crate::state::{Config, Live, Settings};
 /// .layer(CorsLayer::..).layer(rate_limit)`. Preflights that do reach the limiter count
 /// like any request unless a rule exempts them: [`Rule::preflight`](crate::Rule::preflight).
 pub struct RateLimitLayer<B = MemoryBackend, K = PeerIp> {
-    pub(crate) config: Arc<Config<B, K>>,
-    /// The configuration in force, when the layer can be reloaded (`config::ConfigReload`):
-    /// each request reads it once, when it arrives.
-    pub(crate) live: Option<Live<B, K>>,
+    pub(crate) limiter: Arc<Limiter<B, K>>,
+    /// The limiter in force, when the layer can be reloaded (`config::ConfigReload`): each
+    /// request reads it once, when it arrives.
+    pub(crate) live: Option<LiveLimiter<B, K>>,
 }
 
 impl<B, K> Clone for RateLimitLayer<B, K> {
     fn clone(&self) -> Self {
         RateLimitLayer {
-            config: Arc::clone(&self.config),
+            limiter: Arc::clone(&self.limiter),
             live: self.live.clone(),
         }
     }
@@ -95,10 +96,10 @@ impl<B, K> Clone for RateLimitLayer<B, K> {
 
 impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.config.settings;
+        let s = &self.limiter.settings;
         f.debug_struct("RateLimitLayer")
             .field("rules", &s.rules)
-            .field("key", &self.config.key)
+            .field("key", &self.limiter.key)
             .field("action", &s.action)
             .field("failure", &s.failure)
             .field("missing_key", &s.missing_key)
@@ -108,18 +109,32 @@ impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
 }
 
 impl<B, K> RateLimitLayer<B, K> {
-    /// The same layer, made reloadable: every service it builds reads the configuration in
-    /// force once per request, from a pointer [`Live::store`] swaps. The methods below that
+    /// The same layer, made reloadable: every service it builds reads the limiter in force
+    /// once per request, from the pointer a reload swaps ([`LiveLimiter`]). The methods below that
     /// derive a new layer (`backend`, `key`, `on_backend_failure`, `with_action`) derive a
     /// fixed one from the configuration as built.
     #[cfg(feature = "config")]
-    pub(crate) fn into_live(self) -> (Self, Live<B, K>) {
-        let live: Live<B, K> = Arc::new(arc_swap::ArcSwap::new(Arc::clone(&self.config)));
+    pub(crate) fn into_live(self) -> (Self, LiveLimiter<B, K>) {
+        let live: LiveLimiter<B, K> = Arc::new(arc_swap::ArcSwap::new(Arc::clone(&self.limiter)));
         let layer = RateLimitLayer {
-            config: self.config,
+            limiter: self.limiter,
             live: Some(Arc::clone(&live)),
         };
         (layer, live)
+    }
+
+    /// A fixed (not reloadable) layer of `backend`, `key` and `settings`, sharing this one's
+    /// counters and incident state.
+    fn derived<B2, K2>(
+        &self,
+        backend: Fallback<B2>,
+        key: K2,
+        settings: Arc<Settings>,
+    ) -> RateLimitLayer<B2, K2> {
+        RateLimitLayer {
+            limiter: Arc::new(self.limiter.sharing_stats(backend, key, settings)),
+            live: None,
+        }
     }
 
     /// The same layer with state in `backend` (for example a shared [`MemoryBackend`], or a
@@ -129,16 +144,12 @@ impl<B, K> RateLimitLayer<B, K> {
     where
         K: Clone,
     {
-        let c = &self.config;
-        RateLimitLayer {
-            live: None,
-            config: Arc::new(Config {
-                backend: c.settings.fallback(backend),
-                key: c.key.clone(),
-                settings: Arc::clone(&c.settings),
-                stats: Arc::clone(&c.stats),
-            }),
-        }
+        let c = &self.limiter;
+        self.derived(
+            c.settings.fallback(backend),
+            c.key.clone(),
+            Arc::clone(&c.settings),
+        )
     }
 
     /// The same layer keying requests by `key` instead. Counters stay shared.
@@ -146,37 +157,26 @@ impl<B, K> RateLimitLayer<B, K> {
     where
         B: Clone,
     {
-        let c = &self.config;
-        RateLimitLayer {
-            live: None,
-            config: Arc::new(Config {
-                backend: c.backend.clone(),
-                key,
-                settings: Arc::clone(&c.settings),
-                stats: Arc::clone(&c.stats),
-            }),
-        }
+        let c = &self.limiter;
+        self.derived(c.backend.clone(), key, Arc::clone(&c.settings))
     }
 
     /// The same layer with `failure` applied when the backend cannot decide (see
-    /// [`FailurePolicy`] for the table). Counters stay shared.
+    /// [`RateLimitLayerBuilder::on_backend_failure`](crate::RateLimitLayerBuilder::on_backend_failure)
+    /// for what each outcome gets). Counters stay shared.
     pub fn on_backend_failure(self, failure: FailurePolicy) -> Self
     where
         B: Clone,
         K: Clone,
     {
-        let c = &self.config;
+        let c = &self.limiter;
         let mut settings = Settings::clone(&c.settings);
         settings.failure = failure;
-        RateLimitLayer {
-            live: None,
-            config: Arc::new(Config {
-                backend: settings.fallback(c.backend.inner().clone()),
-                key: c.key.clone(),
-                settings: Arc::new(settings),
-                stats: Arc::clone(&c.stats),
-            }),
-        }
+        self.derived(
+            settings.fallback(c.backend.inner().clone()),
+            c.key.clone(),
+            Arc::new(settings),
+        )
     }
 
     /// The same layer with `action` applied to denied requests. Counters stay shared.
@@ -189,25 +189,17 @@ impl<B, K> RateLimitLayer<B, K> {
         B: Clone,
         K: Clone,
     {
-        check_action(&self.config.settings.rules, action)?;
-        let c = &self.config;
+        check_action(&self.limiter.settings.rules, action)?;
+        let c = &self.limiter;
         let mut settings = Settings::clone(&c.settings);
         settings.action = action;
-        Ok(RateLimitLayer {
-            live: None,
-            config: Arc::new(Config {
-                backend: c.backend.clone(),
-                key: c.key.clone(),
-                settings: Arc::new(settings),
-                stats: Arc::clone(&c.stats),
-            }),
-        })
+        Ok(self.derived(c.backend.clone(), c.key.clone(), Arc::new(settings)))
     }
 
     /// The layer's own policies (those applied to requests no rule matches), in order, as
     /// built (a reloaded configuration's are `ConfigReload::current`'s).
     pub fn policies(&self) -> &[Policy] {
-        let s = &self.config.settings;
+        let s = &self.limiter.settings;
         match s.rules.last() {
             Some(r) if s.has_default => &r.policies,
             _ => &[],
@@ -216,18 +208,18 @@ impl<B, K> RateLimitLayer<B, K> {
 
     /// The backend.
     pub fn backend_ref(&self) -> &B {
-        self.config.backend.inner()
+        self.limiter.backend.inner()
     }
 
     /// What the layer does when the backend cannot decide.
     pub fn failure_policy(&self) -> FailurePolicy {
-        self.config.settings.failure
+        self.limiter.settings.failure
     }
 
     /// How many requests [`Action::Shadow`] admitted that enforcing would have denied, over
     /// every service this layer built.
     pub fn shadow_denied(&self) -> u64 {
-        self.config.stats.shadow_denied()
+        self.limiter.stats.shadow_denied()
     }
 }
 
@@ -237,7 +229,7 @@ impl<S, B, K> Layer<S> for RateLimitLayer<B, K> {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            config: Arc::clone(&self.config),
+            limiter: Arc::clone(&self.limiter),
             live: self.live.clone(),
         }
     }

@@ -1,6 +1,17 @@
 //! Rate limiting for tower services — axum routers, tonic servers, plain hyper — done
 //! properly: exact algorithms, one line to add, standard responses.
 //!
+//! ```toml
+//! [dependencies]
+//! turnstile = "0.1"   # features: axum (default), tonic, metrics, config, redis, redis-tls, full
+//! axum = "0.8"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "net"] }
+//! ```
+//!
+//! Rust 1.85; 1.88 with the features `tonic`, `redis`, `redis-tls` or `full`.
+//!
+//! # With axum
+//!
 //! ```no_run
 //! use std::net::SocketAddr;
 //! use std::time::Duration;
@@ -28,11 +39,66 @@
 //! trailers-only `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` and `QuotaFailure` — and
 //! never reaches the inner service. See [`RateLimitLayer`].
 //!
+//! # One limit for a fleet, in Redis
+//!
+//! With the feature `redis`, every process counts in one Redis (a single node, a Cluster, or
+//! the primary Sentinel names): the same decisions as in memory, one atomic call each.
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! # async fn doc() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use axum::{routing::get, Router};
+//! use turnstile::redis::RedisBackend;
+//! use turnstile::wrap::DenyCache;
+//! use turnstile::{Policy, RateLimitLayer};
+//!
+//! let redis = RedisBackend::builder("redis://127.0.0.1:6379").build()?;
+//! let per_ip = Policy::token_bucket(10, Duration::from_secs(60))?.with_name("per-ip")?;
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello\n" }))
+//!     // A denial Redis gave is repeated on this node without asking Redis again.
+//!     .layer(RateLimitLayer::new(per_ip).backend(DenyCache::new(redis)));
+//! # let _ = app; Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! # With tonic
+//!
+//! The same layer wraps a tonic server; with the feature `tonic` the key is the peer address
+//! tonic records, and a denied call gets `RESOURCE_EXHAUSTED` with how long to wait.
+//!
+//! ```no_run
+//! # #[cfg(feature = "tonic")]
+//! # async fn doc() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tonic::service::Routes;
+//! use tonic::transport::Server;
+//! use turnstile::{Policy, RateLimitLayer};
+//!
+//! let per_ip = Policy::token_bucket(5, Duration::from_secs(60))?.with_name("per-ip")?;
+//! // Your services: Routes::new(GreeterServer::new(MyGreeter)), ...
+//! let routes = Routes::default();
+//! Server::builder()
+//!     .layer(RateLimitLayer::new(per_ip))
+//!     .add_routes(routes)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! # The rest
+//!
 //! [`RateLimitLayer::builder`] configures the rest: [`Rule`]s per method, path or gRPC
 //! service/method, each with its own policies and cost; keys from the [`key`] module (peer
 //! or client IP behind trusted proxies, a header, the route, the gRPC method, a closure,
 //! combinations); exempt keys; [`Action::Delay`] (wait instead of failing) and
-//! [`Action::Shadow`] (dry run); custom denial responses; the [`FailurePolicy`].
+//! [`Action::Shadow`] (dry run); custom denial responses; tiers per client or per request;
+//! the [`FailurePolicy`]. The guides (keys and rules, responses, Redis in production, tiers,
+//! the configuration file, metrics, pitfalls) are in the
+//! [repository](https://github.com/turnstile-rs/turnstile#guides); every decision follows
+//! [`SEMANTICS.md`](https://github.com/turnstile-rs/turnstile/blob/main/docs/SEMANTICS.md).
 //!
 //! # Features
 //! - `axum` (default): keys from axum's `ConnectInfo<SocketAddr>` and `MatchedPath`.
@@ -44,9 +110,9 @@
 //! - `config`: layers from a TOML file (`config::LayerConfig`; `turnstile check-config`
 //!   validates one).
 //! - `redis`: the Redis backend, `turnstile::redis` (the `turnstile-redis` crate): one limit
-//!   for a fleet.
+//!   for a fleet (Rust 1.88).
 //! - `redis-tls`: the Redis backend over TLS (`rediss://`, rustls with `ring`): the system
-//!   trust store or a CA file, client certificates for mutual TLS.
+//!   trust store or a CA file, client certificates for mutual TLS (Rust 1.88).
 //! - `full`: all of the above.
 //!
 //! # Tracing
@@ -69,6 +135,7 @@ pub use turnstile_core;
 mod action;
 mod body;
 mod builder;
+mod check;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
@@ -79,15 +146,15 @@ mod grpc;
 pub mod headers;
 pub mod key;
 mod layer;
+mod limiter;
 pub mod metrics;
 mod naming;
 mod response;
 mod rule;
 mod service;
-mod slow;
-mod state;
 mod tier;
 mod trace;
+mod waiting;
 
 /// The Redis backend (feature `redis`): the `turnstile-redis` crate.
 #[cfg(feature = "redis")]

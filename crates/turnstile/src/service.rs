@@ -12,7 +12,7 @@ use turnstile_core::Backend;
 use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
-use crate::state::{Config, Live};
+use crate::limiter::{Limiter, LiveLimiter};
 
 /// The rate-limiting middleware built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -24,15 +24,15 @@ use crate::state::{Config, Live};
 /// is the inner service's.
 pub struct RateLimit<S, B, K> {
     pub(crate) inner: S,
-    pub(crate) config: Arc<Config<B, K>>,
-    pub(crate) live: Option<Live<B, K>>,
+    pub(crate) limiter: Arc<Limiter<B, K>>,
+    pub(crate) live: Option<LiveLimiter<B, K>>,
 }
 
 impl<S: Clone, B, K> Clone for RateLimit<S, B, K> {
     fn clone(&self) -> Self {
         RateLimit {
             inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
+            limiter: Arc::clone(&self.limiter),
             live: self.live.clone(),
         }
     }
@@ -42,8 +42,8 @@ impl<S: fmt::Debug, B, K: fmt::Debug> fmt::Debug for RateLimit<S, B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("rules", &self.config.settings.rules)
-            .field("key", &self.config.key)
+            .field("rules", &self.limiter.settings.rules)
+            .field("key", &self.limiter.key)
             .finish_non_exhaustive()
     }
 }
@@ -88,7 +88,7 @@ where
             // (A guard, not a reference count, while `call` runs: the future clones the
             // configuration only if it waits.)
             Some(live) => ResponseFuture::start(&live.load(), &mut self.inner, req),
-            None => ResponseFuture::start(&self.config, &mut self.inner, req),
+            None => ResponseFuture::start(&self.limiter, &mut self.inner, req),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! with every tier of the layer kept, so the backend's own order — override, else stored
 //! tier, else defaults — gives: **the key's stored override > the key's stored tier > the
 //! request's tier > the rule's policies** (or the layer's
-//! [`Unconfigured`](turnstile_core::Unconfigured) behaviour when the request chose none).
+//! [`Unconfigured`] behaviour when the request chose none).
 //! The Redis script resolves the same way, since it is the same `Limits`.
 
 use std::borrow::Cow;

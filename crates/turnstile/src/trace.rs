@@ -7,8 +7,8 @@ use tracing::level_filters::LevelFilter;
 use tracing::{Level, Span};
 use turnstile_core::Decision;
 
+use crate::limiter::Settings;
 use crate::rule::CompiledRule;
-use crate::state::Settings;
 
 /// The span of one backend check: the key (as [`KeyLogging`](crate::key::KeyLogging) says),
 /// the rule and its policies, the cost; the outcome, the configuration that applied, the wait

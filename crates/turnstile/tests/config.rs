@@ -2,10 +2,12 @@
 //! line and field, and what the file says is what the layer does.
 #![cfg(feature = "config")]
 
+mod support;
+
 use std::convert::Infallible;
-use std::net::SocketAddr;
 
 use http::{Request, Response, StatusCode};
+use support::request;
 use tower::{Layer, Service, ServiceExt};
 use turnstile::config::LayerConfig;
 use turnstile::{Action, FailurePolicy, Unconfigured};
@@ -16,17 +18,6 @@ fn err(text: &str) -> String {
     LayerConfig::from_toml("turnstile.toml", text)
         .unwrap_err()
         .to_string()
-}
-
-fn request(method: &str, path: &str, peer: &str) -> Request<()> {
-    let mut r = Request::builder()
-        .method(method)
-        .uri(path)
-        .body(())
-        .unwrap();
-    r.extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
-    r
 }
 
 async fn status<S>(svc: &mut S, req: Request<()>) -> StatusCode

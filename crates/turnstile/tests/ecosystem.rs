@@ -2,6 +2,8 @@
 //! it in one `ServiceBuilder`, under an axum router.
 #![cfg(feature = "axum")]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,15 +12,12 @@ use axum::routing::get;
 use axum::Router;
 use http::{header, Method, Request, StatusCode};
 use http_body_util::BodyExt;
+use support::p;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http::cors::CorsLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
-use turnstile::{ManualClock, MemoryBackend, Policy, RateLimitLayer};
-
-fn p(s: &str) -> Policy {
-    s.parse().unwrap()
-}
+use turnstile::{ManualClock, MemoryBackend, RateLimitLayer};
 
 /// A layer enforcing `policy` in memory, at time 0 for ever (fixed windows count from the
 /// epoch, so the wall clock would make `t` vary).
@@ -461,7 +460,7 @@ async fn every_error_turnstile_writes_is_a_problem_document() {
     );
 }
 
-/// The README's pitfalls, as axum behaves: `Router::layer` limits `404`s too,
+/// The pitfalls of `docs/pitfalls.md`, as axum behaves: `Router::layer` limits `404`s too,
 /// `route_layer` only matched routes.
 #[tokio::test]
 async fn layer_counts_404s_and_route_layer_does_not() {

@@ -1,19 +1,16 @@
 //! Live quotas through the layer: a key's override and tier, stored in the backend, change
 //! its policies on the next request; keys without configuration follow the layer's choice.
 
+mod support;
+
 use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
+use support::{hello, p};
 use tower::{Layer, Service, ServiceExt};
 use turnstile::key::HeaderKey;
-use turnstile::{
-    Applied, Clock, ManualClock, MemoryBackend, Policy, Quotas, RateLimitLayer, Unconfigured,
-};
-
-fn p(s: &str) -> Policy {
-    s.parse().unwrap()
-}
+use turnstile::{Applied, Clock, ManualClock, MemoryBackend, Quotas, RateLimitLayer, Unconfigured};
 
 fn req(api_key: &str) -> Request<()> {
     Request::builder()
@@ -21,10 +18,6 @@ fn req(api_key: &str) -> Request<()> {
         .header("x-api-key", api_key)
         .body(())
         .unwrap()
-}
-
-async fn hello(_: Request<()>) -> Result<Response<String>, Infallible> {
-    Ok(Response::new("hello".into()))
 }
 
 fn layer(

@@ -1,16 +1,12 @@
 //! `MemoryBackend::spawn_sweeper`: expired keys go on a timer, without traffic, in virtual
 //! time (`tokio::time::pause`) on a manual clock.
 
+mod support;
+
 use std::time::Duration;
 
+use support::settle;
 use turnstile::{Backend, ManualClock, MemoryBackend, Policy, SpawnSweeperError};
-
-/// Lets the sweeper task run after a move of virtual time.
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn the_sweeper_drops_expired_keys_without_traffic_and_never_simulated_ones() {

@@ -1,49 +1,18 @@
 //! Metrics recorded by a test recorder after real requests through the layer.
 #![cfg(feature = "metrics")]
 
+mod support;
+
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::{p, request, tokio_backend};
 use tower::{Layer, Service, ServiceExt};
 use turnstile::key::HeaderKey;
 use turnstile::metrics::*;
-use turnstile::{
-    Action, MemoryBackend, MissingKey, Policy, Quotas, RateLimitLayer, Rule, Unconfigured,
-};
-
-/// A clock that follows tokio's (paused) clock, starting at a whole hour.
-#[derive(Clone)]
-struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl turnstile::Clock for TokioClock {
-    fn now_ms(&self) -> u64 {
-        1_699_999_200_000 + self.start.elapsed().as_millis() as u64
-    }
-}
-
-fn tokio_backend() -> MemoryBackend<TokioClock> {
-    MemoryBackend::builder()
-        .clock(TokioClock {
-            start: tokio::time::Instant::now(),
-        })
-        .build()
-}
-
-fn p(s: &str) -> Policy {
-    s.parse().unwrap()
-}
-
-fn request(path: &str, peer: &str) -> Request<()> {
-    let mut r = Request::builder().uri(path).body(()).unwrap();
-    r.extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
-    r
-}
+use turnstile::{Action, MemoryBackend, MissingKey, Quotas, RateLimitLayer, Rule, Unconfigured};
 
 async fn send<B, K>(
     layer: &RateLimitLayer<B, K>,
@@ -132,7 +101,7 @@ async fn allowed_and_denied_per_policy_with_backend_latency() {
         p("fixed-window:limit=100,period=1h,name=large"),
     ])
     .unwrap();
-    let statuses = send(&layer, (0..3).map(|_| request("/", "192.0.2.1:1"))).await;
+    let statuses = send(&layer, (0..3).map(|_| request("GET", "/", "192.0.2.1:1"))).await;
     assert_eq!(statuses, [200, 200, 429]);
 
     let snap = snapshot(&snapshotter);
@@ -161,7 +130,7 @@ async fn delayed_and_shadow_denied() {
     let shaping = RateLimitLayer::new(p("leaky-bucket:limit=10,period=1s,name=shape"))
         .backend(tokio_backend());
     assert_eq!(
-        send(&shaping, (0..2).map(|_| request("/", "192.0.2.1:1"))).await,
+        send(&shaping, (0..2).map(|_| request("GET", "/", "192.0.2.1:1"))).await,
         [200, 200]
     );
 
@@ -174,7 +143,7 @@ async fn delayed_and_shadow_denied() {
         .build()
         .unwrap();
     assert_eq!(
-        send(&waiting, (0..2).map(|_| request("/", "192.0.2.1:1"))).await,
+        send(&waiting, (0..2).map(|_| request("GET", "/", "192.0.2.1:1"))).await,
         [200, 200]
     );
 
@@ -185,7 +154,7 @@ async fn delayed_and_shadow_denied() {
         .build()
         .unwrap();
     assert_eq!(
-        send(&shadow, (0..3).map(|_| request("/", "192.0.2.1:1"))).await,
+        send(&shadow, (0..3).map(|_| request("GET", "/", "192.0.2.1:1"))).await,
         [200, 200, 200]
     );
 
@@ -214,7 +183,10 @@ async fn backend_errors_and_missing_keys() {
         .backend(MemoryBackend::builder().max_keys(1).build());
     let statuses = send(
         &capped,
-        [request("/", "192.0.2.1:1"), request("/", "192.0.2.2:1")],
+        [
+            request("GET", "/", "192.0.2.1:1"),
+            request("GET", "/", "192.0.2.2:1"),
+        ],
     )
     .await;
     assert_eq!(statuses, [200, 200]);
@@ -225,14 +197,20 @@ async fn backend_errors_and_missing_keys() {
         .policy(p("gcra:limit=5,period=1s,name=api"))
         .build()
         .unwrap();
-    assert_eq!(send(&header, [request("/", "192.0.2.1:1")]).await, [400]);
+    assert_eq!(
+        send(&header, [request("GET", "/", "192.0.2.1:1")]).await,
+        [400]
+    );
     let shared = RateLimitLayer::builder()
         .key(HeaderKey::named("x-api-key").unwrap())
         .policy(p("gcra:limit=5,period=1s,name=api"))
         .on_missing_key(MissingKey::key("anonymous"))
         .build()
         .unwrap();
-    assert_eq!(send(&shared, [request("/", "192.0.2.1:1")]).await, [200]);
+    assert_eq!(
+        send(&shared, [request("GET", "/", "192.0.2.1:1")]).await,
+        [200]
+    );
 
     let snap = snapshot(&snapshotter);
     assert_eq!(
@@ -284,10 +262,10 @@ async fn tiers_overrides_and_unconfigured_keys() {
     let statuses = send(
         &layer,
         [
-            request("/x", "192.0.2.1:1"),
-            request("/x", "192.0.2.2:1"),
-            request("/x", "192.0.2.2:1"),
-            request("/x", "192.0.2.3:1"),
+            request("GET", "/x", "192.0.2.1:1"),
+            request("GET", "/x", "192.0.2.2:1"),
+            request("GET", "/x", "192.0.2.2:1"),
+            request("GET", "/x", "192.0.2.3:1"),
         ],
     )
     .await;

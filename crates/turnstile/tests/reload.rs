@@ -2,8 +2,9 @@
 //! and a changed `[backend]` are handled without losing a count.
 #![cfg(feature = "config")]
 
+mod support;
+
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,12 +25,10 @@ fn file(test: &str, text: &str) -> PathBuf {
 }
 
 fn request(peer: &str, api_key: Option<&str>) -> Request<()> {
-    let mut r = Request::builder().uri("/").body(()).unwrap();
+    let mut r = support::request("GET", "/", peer);
     if let Some(k) = api_key {
         r.headers_mut().insert("x-api-key", k.parse().unwrap());
     }
-    r.extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
     r
 }
 

@@ -1,17 +1,16 @@
 //! Tiers chosen from the request (a claim in the extensions): anonymous, signed-in, premium
 //! and unlimited admins; a key's stored override or tier still wins.
 
+mod support;
+
 use std::convert::Infallible;
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use support::{hello, p};
 use tower::{Layer, Service, ServiceExt};
 use turnstile::key::HeaderKey;
-use turnstile::{ManualClock, MemoryBackend, Policy, Quotas, RateLimitLayer, RequestTier};
-
-fn p(s: &str) -> Policy {
-    s.parse().unwrap()
-}
+use turnstile::{ManualClock, MemoryBackend, Quotas, RateLimitLayer, RequestTier};
 
 /// What an authentication layer put in the request.
 #[derive(Clone, Copy, Debug)]
@@ -33,10 +32,6 @@ fn req(key: &str, plan: Option<Plan>) -> Request<()> {
         r.extensions_mut().insert(plan);
     }
     r
-}
-
-async fn hello(_: Request<()>) -> Result<Response<String>, Infallible> {
-    Ok(Response::new("hello".into()))
 }
 
 /// Anonymous 1 per hour, signed-in 2, premium 3, admins unlimited; the denial body names

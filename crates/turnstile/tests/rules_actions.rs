@@ -1,6 +1,8 @@
 //! Rules, keys, costs, actions (delay, shadow) and responses, through the layer, on virtual
 //! time: the backend's clock reads tokio's paused clock, so waits are exact and instant.
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,54 +11,19 @@ use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use support::{p, request, tokio_backend};
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt};
 use tower_test::mock;
 use turnstile::key::{ClientIp, HeaderKey, RequestRef};
 use turnstile::{
-    Action, Backend, Clock, FailurePolicy, MemoryBackend, MissingKey, Policy, Protocol,
-    RateLimitLayer, Rule,
+    Action, Backend, FailurePolicy, MemoryBackend, MissingKey, Protocol, RateLimitLayer, Rule,
 };
 
-/// A clock that follows tokio's (paused) clock, starting at a whole hour (so fixed windows
-/// start with it).
-#[derive(Clone)]
-struct TokioClock {
-    start: Instant,
-}
-
-impl TokioClock {
-    fn new() -> Self {
-        TokioClock {
-            start: Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now_ms(&self) -> u64 {
-        1_699_999_200_000 + self.start.elapsed().as_millis() as u64
-    }
-}
-
-fn backend() -> MemoryBackend<TokioClock> {
-    MemoryBackend::builder().clock(TokioClock::new()).build()
-}
-
-fn p(s: &str) -> Policy {
-    s.parse().unwrap()
-}
-
 fn req(method: Method, path: &str, ip: &str) -> Request<()> {
-    let mut r = Request::builder()
-        .method(method)
-        .uri(path)
-        .body(())
-        .unwrap();
-    r.extensions_mut()
-        .insert(SocketAddr::new(ip.parse().unwrap(), 40000));
-    r
+    let peer = SocketAddr::new(ip.parse().unwrap(), 40000);
+    request(method.as_str(), path, &peer.to_string())
 }
 
 fn get(path: &str) -> Request<()> {
@@ -140,7 +107,7 @@ async fn delay_waits_for_retry_after_and_never_longer_than_max_wait() {
     let max_wait = Duration::from_millis(1200);
     let inner = Recorder::new();
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("token-bucket:limit=2,period=1s"))
         .action(Action::delay(max_wait))
         .build()
@@ -176,7 +143,7 @@ async fn delay_waits_for_retry_after_and_never_longer_than_max_wait() {
 async fn delay_rejects_at_once_when_no_wait_can_help() {
     let inner = Recorder::new();
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("token-bucket:limit=2,period=1s"))
         .cost(|_: &RequestRef<'_>| 3)
         .action(Action::delay(Duration::from_secs(60)))
@@ -196,7 +163,7 @@ async fn delay_counts_a_leaky_buckets_delay_in_the_maximum() {
     let max_wait = Duration::from_millis(1000);
     let inner = Recorder::new();
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("leaky-bucket:limit=2,period=1s"))
         .action(Action::delay(max_wait))
         .build()
@@ -228,7 +195,7 @@ async fn delay_counts_a_leaky_buckets_delay_in_the_maximum() {
 async fn shadow_never_rejects_but_counts_what_it_would_have_denied() {
     let inner = Recorder::new();
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policies([
             p("fixed-window:limit=1,period=1m"),
             p("leaky-bucket:limit=1,period=1s,burst=5"),
@@ -251,7 +218,7 @@ async fn shadow_never_rejects_but_counts_what_it_would_have_denied() {
         .with_action(Action::Shadow)
         .unwrap()
         .on_backend_failure(turnstile::FailurePolicy::Closed)
-        .backend(backend());
+        .backend(tokio_backend());
     assert_eq!(changed.shadow_denied(), 4);
     let res = changed
         .layer(inner.clone())
@@ -269,7 +236,7 @@ async fn shadow_never_rejects_but_counts_what_it_would_have_denied() {
 
     // Nor does it shape: a leaky bucket's delays are not waited out.
     let shaper = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("leaky-bucket:limit=1,period=1s,burst=5"))
         .action(Action::Shadow)
         .build()
@@ -284,7 +251,7 @@ async fn shadow_never_rejects_but_counts_what_it_would_have_denied() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_dropped_while_waiting_consumes_nothing() {
-    let b = backend();
+    let b = tokio_backend();
     let pol = p("token-bucket:limit=1,period=1s,name=one");
     let layer = RateLimitLayer::builder()
         .backend(b.clone())
@@ -312,7 +279,7 @@ async fn a_request_dropped_while_waiting_consumes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_dropped_during_its_leaky_delay_keeps_its_place_used() {
-    let b = backend();
+    let b = tokio_backend();
     let pol = p("leaky-bucket:limit=1,period=1s,burst=3,name=q");
     let layer = RateLimitLayer::builder()
         .backend(b.clone())
@@ -334,7 +301,7 @@ async fn a_request_dropped_during_its_leaky_delay_keeps_its_place_used() {
 
 #[tokio::test]
 async fn backpressure_checks_nothing_until_the_inner_service_is_ready() {
-    let b = backend();
+    let b = tokio_backend();
     let layer = RateLimitLayer::builder()
         .backend(b.clone())
         .policy(p("gcra:limit=1,period=1s"))
@@ -363,7 +330,7 @@ async fn backpressure_checks_nothing_until_the_inner_service_is_ready() {
 async fn routes_get_their_own_counters_unless_they_share_a_name() {
     let inner = Recorder::new();
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .rule(Rule::new().path("/healthz").exempt())
         .rule(
             Rule::new()
@@ -430,7 +397,7 @@ async fn routes_get_their_own_counters_unless_they_share_a_name() {
 async fn exempt_keys_and_costs() {
     let inner = Recorder::new();
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("token-bucket:limit=10,period=1m,name=units"))
         .cost(|r: &RequestRef<'_>| {
             r.headers()
@@ -473,7 +440,7 @@ async fn exempt_keys_and_costs() {
 async fn a_missing_key_gets_the_configured_outcome() {
     let build = |m: MissingKey| {
         RateLimitLayer::builder()
-            .backend(backend())
+            .backend(tokio_backend())
             .key(HeaderKey::named("x-api-key").unwrap())
             .policy(p("fixed-window:limit=1,period=1m,name=per-key"))
             .on_missing_key(m)
@@ -515,7 +482,7 @@ async fn a_missing_key_gets_the_configured_outcome() {
 #[tokio::test]
 async fn legacy_headers_and_no_headers_on_allowed() {
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policies([
             p("fixed-window:limit=3,period=1m,name=minute"),
             p("fixed-window:limit=100,period=1h,name=hour"),
@@ -535,7 +502,7 @@ async fn legacy_headers_and_no_headers_on_allowed() {
     assert!((1..=60).contains(&reset));
 
     let quiet = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("fixed-window:limit=1,period=1m,name=minute"))
         .headers_on_allowed(false)
         .build()
@@ -559,7 +526,7 @@ fn grpc_req(path: &str) -> Request<()> {
 #[tokio::test]
 async fn a_grpc_call_is_denied_with_a_trailers_only_resource_exhausted() {
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .rule(
             Rule::new()
                 .grpc_method("helloworld.Greeter", "SayHello")
@@ -611,7 +578,7 @@ async fn a_custom_denial_response_is_told_the_protocol() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = Arc::clone(&seen);
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("fixed-window:limit=1,period=1m,name=m"))
         .denial_response(move |d| {
             seen2.lock().unwrap().push(d.protocol());
@@ -664,7 +631,7 @@ async fn fail_closed_is_unavailable_for_grpc_and_503_for_http() {
 #[tokio::test]
 async fn client_ip_keys_behind_a_trusted_proxy_through_the_layer() {
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .key(ClientIp::new().trust("10.0.0.0/8".parse().unwrap()))
         .policy(p("fixed-window:limit=1,period=1m,name=ip"))
         .build()
@@ -695,7 +662,7 @@ async fn client_ip_keys_behind_a_trusted_proxy_through_the_layer() {
 #[tokio::test]
 async fn ipv6_peers_are_grouped_by_64_and_mapped_ipv4_is_ipv4() {
     let layer = RateLimitLayer::builder()
-        .backend(backend())
+        .backend(tokio_backend())
         .policy(p("fixed-window:limit=1,period=1m,name=ip"))
         .build()
         .unwrap();

@@ -1,20 +1,22 @@
 //! The span of each check: key hashed by default (plain or hidden on request), policies,
 //! outcome and backend latency; the shadow log keys follow the same setting.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use http::{Request, Response};
+use support::request;
 use tower::{Layer, Service, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use turnstile::key::KeyLogging;
-use turnstile::{Action, Policy, RateLimitLayer};
+use turnstile::{Action, Policy, RateLimitLayer, ResponseBody};
 
 type Fields = BTreeMap<String, String>;
 
@@ -78,11 +80,45 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
 }
 
-fn request(peer: &str) -> Request<()> {
-    let mut r = Request::new(());
-    r.extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
-    r
+/// A capturing subscriber, this thread's default until the guard drops.
+fn capturing() -> (Capture, tracing::subscriber::DefaultGuard) {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    (capture, tracing::subscriber::set_default(subscriber))
+}
+
+/// `layer` around an inner service that answers 200 with an empty body.
+fn service<B, K>(
+    layer: &RateLimitLayer<B, K>,
+) -> impl Service<
+    Request<()>,
+    Response = Response<ResponseBody<String>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone
+       + Send
+       + 'static
+where
+    B: turnstile::Backend,
+    K: turnstile::KeyExtractor,
+{
+    layer.layer(tower::service_fn(|_r: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }))
+}
+
+/// A layer of `policy` on `backend`, with `failure` when the backend cannot decide.
+fn layer_on<B: turnstile::Backend>(
+    backend: B,
+    policy: &str,
+    failure: turnstile::FailurePolicy,
+) -> RateLimitLayer<B> {
+    RateLimitLayer::builder()
+        .policy(policy.parse().unwrap())
+        .backend(backend)
+        .on_backend_failure(failure)
+        .build()
+        .unwrap()
 }
 
 /// Sends `n` requests from 192.0.2.1 through `layer` under a capturing subscriber.
@@ -91,20 +127,10 @@ where
     B: turnstile::Backend,
     K: turnstile::KeyExtractor,
 {
-    let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let inner = tower::service_fn(|_r: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(String::new()))
-    });
-    let mut svc = layer.layer(inner);
+    let (capture, _guard) = capturing();
+    let mut svc = service(&layer);
     for _ in 0..n {
-        let _ = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request("192.0.2.1:1"))
-            .await;
+        one(&mut svc, "192.0.2.1:1").await;
     }
     capture
 }
@@ -198,32 +224,6 @@ fn the_hash_is_stable() {
     );
 }
 
-/// A remote-looking backend over memory that fails while `down` is set.
-#[derive(Clone, Default)]
-struct Flaky {
-    memory: turnstile::MemoryBackend,
-    down: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl turnstile::Backend for Flaky {
-    type Future = std::future::Ready<Result<turnstile::Decision, turnstile::BackendError>>;
-
-    fn check_limits(
-        &self,
-        key: &str,
-        limits: &turnstile::Limits,
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> Self::Future {
-        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
-            return std::future::ready(Err(turnstile::BackendError::Connection(
-                "connection refused".into(),
-            )));
-        }
-        self.memory.check_limits(key, limits, cost, now_ms)
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn one_incident_logs_one_warning_and_one_recovery_whatever_the_failure_policy() {
     use turnstile::FailurePolicy;
@@ -232,44 +232,23 @@ async fn one_incident_logs_one_warning_and_one_recovery_whatever_the_failure_pol
         FailurePolicy::Open,
         FailurePolicy::Closed,
     ] {
-        let backend = Flaky::default();
-        let layer = RateLimitLayer::builder()
-            .policy(
-                "fixed-window:limit=1000,period=1h,name=per-ip"
-                    .parse()
-                    .unwrap(),
-            )
-            .backend(backend.clone())
-            .on_backend_failure(failure)
-            .build()
-            .unwrap();
-        let capture = Capture::default();
-        let subscriber = tracing_subscriber::registry().with(capture.clone());
-        let _guard = tracing::subscriber::set_default(subscriber);
-        let mut svc = layer.layer(tower::service_fn(|_r: Request<()>| async {
-            Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+        let backend = Scripted::default();
+        let layer = layer_on(
+            backend.clone(),
+            "fixed-window:limit=1000,period=1h,name=per-ip",
+            failure,
+        );
+        let (capture, _guard) = capturing();
+        let mut svc = service(&layer);
         for (down, n) in [(false, 2), (true, 20), (false, 5)] {
             backend
                 .down
                 .store(down, std::sync::atomic::Ordering::Relaxed);
             for _ in 0..n {
-                let _ = svc
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(request("192.0.2.1:1"))
-                    .await;
+                one(&mut svc, "192.0.2.1:1").await;
             }
         }
-        let events = capture.events.lock().unwrap().clone();
-        let at = |level: &str| -> Vec<String> {
-            events
-                .iter()
-                .filter(|(_, f)| f["level"] == level)
-                .map(|(_, f)| f.get("message").cloned().unwrap_or_default())
-                .collect()
-        };
+        let at = |level: &str| messages(&events_at(&capture, level));
         assert_eq!(at("WARN").len(), 1, "{failure}: {:?}", at("WARN"));
         assert_eq!(at("INFO").len(), 1, "{failure}: {:?}", at("INFO"));
     }
@@ -286,18 +265,13 @@ async fn a_server_without_connect_info_logs_the_fix_once() {
         MissingKey::Allow,
         MissingKey::key("anon"),
     ] {
-        let capture = Capture::default();
-        let subscriber = tracing_subscriber::registry().with(capture.clone());
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (capture, _guard) = capturing();
         let layer = RateLimitLayer::builder()
             .policy(policy())
             .on_missing_key(missing.clone())
             .build()
             .unwrap();
-        let inner = tower::service_fn(|_r: Request<()>| async {
-            Ok::<_, Infallible>(Response::new(String::new()))
-        });
-        let mut svc = layer.layer(inner);
+        let mut svc = service(&layer);
         let mut statuses = Vec::new();
         for _ in 0..3 {
             let res = svc
@@ -315,14 +289,7 @@ async fn a_server_without_connect_info_logs_the_fix_once() {
             _ => [200, 429, 429],
         };
         assert_eq!(statuses, want, "{missing:?}");
-        let errors: Vec<Fields> = capture
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, f)| f["level"] == "ERROR")
-            .map(|(_, f)| f.clone())
-            .collect();
+        let errors = events_at(&capture, "ERROR");
         assert_eq!(errors.len(), 1, "{missing:?}: {errors:?}");
         assert!(
             errors[0]["message"].contains("into_make_service_with_connect_info"),
@@ -429,7 +396,12 @@ where
     S: tower::Service<Request<()>>,
     S::Error: fmt::Debug,
 {
-    let _ = svc.ready().await.unwrap().call(request(peer)).await;
+    let _ = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("GET", "/", peer))
+        .await;
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -443,22 +415,13 @@ async fn a_reply_in_flight_and_answers_from_the_deny_cache_neither_end_an_incide
     for failure in FailurePolicy::ALL {
         let backend = Scripted::default();
         let cached = DenyCache::with_max(backend.clone(), std::time::Duration::from_secs(3600));
-        let layer = RateLimitLayer::builder()
-            .policy(
-                "token-bucket:limit=1,period=1h,name=per-ip"
-                    .parse()
-                    .unwrap(),
-            )
-            .backend(cached.clone())
-            .on_backend_failure(failure)
-            .build()
-            .unwrap();
-        let capture = Capture::default();
-        let subscriber = tracing_subscriber::registry().with(capture.clone());
-        let _guard = tracing::subscriber::set_default(subscriber);
-        let mut svc = layer.layer(tower::service_fn(|_r: Request<()>| async {
-            Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+        let layer = layer_on(
+            cached.clone(),
+            "token-bucket:limit=1,period=1h,name=per-ip",
+            failure,
+        );
+        let (capture, _guard) = capturing();
+        let mut svc = service(&layer);
         // A client uses its one unit; its next request is denied, and the denial cached.
         one(&mut svc, "192.0.2.1:1").await;
         one(&mut svc, "192.0.2.1:1").await;
@@ -507,22 +470,13 @@ async fn a_bad_key_is_logged_once_and_never_opens_an_incident() {
             .lock()
             .unwrap()
             .extend(["192.0.2.66".to_owned(), "192.0.2.77".to_owned()]);
-        let layer = RateLimitLayer::builder()
-            .policy(
-                "fixed-window:limit=1000,period=1h,name=per-ip"
-                    .parse()
-                    .unwrap(),
-            )
-            .backend(backend.clone())
-            .on_backend_failure(failure)
-            .build()
-            .unwrap();
-        let capture = Capture::default();
-        let subscriber = tracing_subscriber::registry().with(capture.clone());
-        let _guard = tracing::subscriber::set_default(subscriber);
-        let mut svc = layer.layer(tower::service_fn(|_r: Request<()>| async {
-            Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+        let layer = layer_on(
+            backend.clone(),
+            "fixed-window:limit=1000,period=1h,name=per-ip",
+            failure,
+        );
+        let (capture, _guard) = capturing();
+        let mut svc = service(&layer);
         for _ in 0..50 {
             one(&mut svc, "192.0.2.66:1").await;
             one(&mut svc, "192.0.2.1:1").await;

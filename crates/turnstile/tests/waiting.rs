@@ -3,41 +3,26 @@
 //! permit of a `ConcurrencyLimit(1)` inside the layer) and acquires it again when its wait
 //! ends. Virtual time: the backend's clock reads tokio's paused clock.
 
+mod support;
+
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
+use support::{request, settle, TokioClock};
 use tokio::time::Instant;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-use turnstile::{Action, Clock, MemoryBackend, Policy, RateLimitLayer, Rule};
-
-/// A clock that follows tokio's (paused) clock.
-#[derive(Clone)]
-struct TokioClock {
-    start: Instant,
-}
-
-impl Clock for TokioClock {
-    fn now_ms(&self) -> u64 {
-        1_700_000_000_000 + self.start.elapsed().as_millis() as u64
-    }
-}
+use turnstile::{Action, MemoryBackend, Policy, RateLimitLayer, Rule};
 
 fn backend() -> MemoryBackend<TokioClock> {
     MemoryBackend::builder()
-        .clock(TokioClock {
-            start: Instant::now(),
-        })
+        .clock(TokioClock::starting_at(1_700_000_000_000))
         .build()
 }
 
 fn get(path: &str) -> Request<()> {
-    let mut r = Request::builder().uri(path).body(()).unwrap();
-    r.extensions_mut()
-        .insert(SocketAddr::new("192.0.2.1".parse().unwrap(), 40000));
-    r
+    request("GET", path, "192.0.2.1:40000")
 }
 
 /// The inner handler: answers 200 at once.
@@ -79,13 +64,6 @@ trait HasStatus {
 impl<B> HasStatus for Response<B> {
     fn status(&self) -> StatusCode {
         Response::status(self)
-    }
-}
-
-/// Lets spawned tasks run up to their next wait.
-async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
     }
 }
 

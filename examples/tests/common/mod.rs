@@ -1,26 +1,12 @@
-//! Helpers shared by the examples' tests: serve an app on 127.0.0.1 and ask it over TCP.
+//! Helpers shared by the examples' tests: serve an app on 127.0.0.1 (the tests' own
+//! [`serve`]) and ask it over TCP.
 
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::net::SocketAddr;
 
-use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Serves `app` with connect info on a free port of 127.0.0.1.
-pub(crate) async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
+pub(crate) use turnstile_tests::app_server::serve;
 
 /// One HTTP/1.1 request over a fresh connection: (status, body).
 pub(crate) async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {

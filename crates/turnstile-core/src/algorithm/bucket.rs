@@ -4,131 +4,104 @@
 //! State is a debt D = (B − x)·P (token bucket, x tokens held) or D = y·P (leaky bucket, y
 //! units queued): an integer in units of 1/L ms, relative to the state's last update. A
 //! refill over Δ ms subtracts Δ·L. Admit iff D ≤ (B − c)·P, then D += c·P.
+//!
+//! The decision itself, on a debt, is [`crate::debt`]: written once, and called by the
+//! evaluation here and in `gcra.rs`, by the in-memory backend's decision on its packed words
+//! (`memory/fast.rs`) and by a bucket decision's fields when they are read.
 
-use super::{div_ceil, narrow, params, Exact, Kind, Outcome, State, Update};
+use super::gcra;
+use super::{Exact, Kind, Outcome, State, Update};
+use crate::debt::{decide_debt, refilled, remaining, Debts, Retry};
 use crate::policy::{Algorithm, Policy};
 
-/// Token bucket (`leaky = false`) and leaky bucket (`leaky = true`), which admit the same
-/// requests: with debt D = (B − x)·P = y·P, admit iff D ≤ (B − c)·P.
-pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64, leaky: bool) -> Outcome {
-    let (l, period, cap) = params(p);
-    let debt = match s.kind {
-        Kind::Bucket { debt } => {
-            let refill = u128::from(now - s.updated_ms) * l;
-            u128::from(debt).saturating_sub(refill)
-        }
-        _ => 0,
+/// A decision in debts as the general evaluation's [`Outcome`]; `update` makes the state to
+/// store from the debt after an admission with a positive cost.
+pub(super) fn outcome(
+    p: &Policy,
+    d: Debts,
+    cost: u64,
+    update: impl FnOnce(u64) -> Update,
+) -> Outcome {
+    let l = u128::from(p.limit());
+    let per_limit = |debt: u64| Exact::ratio(u128::from(debt), l);
+    Outcome {
+        allowed: d.allowed,
+        remaining: remaining(p.capacity(), p.period_ms(), d.after),
+        retry: match d.retry {
+            Retry::Zero => Some(Exact::ZERO),
+            Retry::Never => None,
+            Retry::After(debt) => Some(per_limit(debt)),
+        },
+        reset: per_limit(d.after),
+        delay: per_limit(d.delay),
+        update: if d.allowed && cost > 0 {
+            update(d.after)
+        } else {
+            Update::None
+        },
     }
-    // A state from a policy with a larger capacity keeps its debt, capped at this one's.
-    .min(cap * period);
-    decide_debt(l, period, cap, debt, cost, leaky, |d| Update::Bucket {
-        debt: narrow(d),
-    })
 }
 
-/// The shared decision of the debt-based buckets, the GCRA's included (on D = TAT − now).
-/// `debt` is in units of 1/L ms, ≤ B·P.
-pub(super) fn decide_debt(
-    l: u128,
-    period: u128,
-    cap: u128,
-    debt: u128,
-    cost: u64,
-    leaky: bool,
-    update: impl FnOnce(u128) -> Update,
-) -> Outcome {
-    // remaining = floor(x) = B − ceil(D / P).
-    let remaining = |d: u128| narrow(cap - div_ceil(d, period));
-    let queued = |d: u128| {
-        if leaky {
-            Exact::ratio(d, l)
-        } else {
-            Exact::ZERO
-        }
+/// Token bucket (`leaky = false`) and leaky bucket (`leaky = true`), which admit the same
+/// requests: with debt D = (B − x)·P = y·P, [`decide_debt`].
+pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64, leaky: bool) -> Outcome {
+    let debt = match s.kind {
+        Kind::Bucket { debt } => refilled(debt, now - s.updated_ms, p.limit(), max_debt(p)),
+        _ => 0,
     };
-    let cost = u128::from(cost);
-    if cost > cap {
-        return Outcome::deny(remaining(debt), None, Exact::ratio(debt, l));
-    }
-    if cost == 0 {
-        return Outcome::query(remaining(debt), Exact::ratio(debt, l), queued(debt));
-    }
-    let room = (cap - cost) * period;
-    if debt <= room {
-        let after = debt + cost * period;
-        Outcome::admit(
-            remaining(after),
-            Exact::ratio(after, l),
-            queued(debt),
-            update(after),
-        )
-    } else {
-        Outcome::deny(
-            remaining(debt),
-            Some(Exact::ratio(debt - room, l)),
-            Exact::ratio(debt, l),
-        )
-    }
+    let d = decide_debt(p.period_ms(), p.capacity(), debt, cost, leaky);
+    outcome(p, d, cost, |debt| Update::Bucket { debt })
+}
+
+/// B·P of `p`: the most debt a state holds under it.
+pub(super) fn max_debt(p: &Policy) -> u64 {
+    p.capacity() * p.period_ms()
 }
 
 /// The units in use of a bucket state (token, leaky or GCRA) at `now`, as a debt in units of
 /// 1/L ms (L and P of `policy`, the policy the state was written under). 0 for non-bucket
 /// states.
-fn debt_at(policy: &Policy, state: &State, now: u64) -> u128 {
-    let (l, period, cap) = params(policy);
-    let max = cap * period;
+fn debt_at(policy: &Policy, state: &State, now: u64) -> u64 {
+    let (l, max) = (policy.limit(), max_debt(policy));
     match state.kind {
-        Kind::Bucket { debt } => {
-            let refill = u128::from(now.saturating_sub(state.updated_ms)) * l;
-            u128::from(debt).saturating_sub(refill).min(max)
-        }
-        Kind::Gcra { tat_ms, tat_frac } => {
-            let tat = u128::from(tat_ms) * l + u128::from(tat_frac);
-            tat.saturating_sub(u128::from(now) * l).min(max)
-        }
+        Kind::Bucket { debt } => refilled(debt, now.saturating_sub(state.updated_ms), l, max),
+        Kind::Gcra { tat_ms, tat_frac } => gcra::debt_at(tat_ms, tat_frac, now, l, max),
         _ => 0,
     }
 }
 
 /// A bucket state of `algorithm` (L = `l`) holding `debt` at `now`: a debt for the token and
 /// leaky buckets, a TAT = now + debt / L for the GCRA.
-fn debt_kind(algorithm: Algorithm, l: u128, debt: u128, now: u64) -> Kind {
+fn debt_kind(algorithm: Algorithm, l: u64, debt: u64, now: u64) -> Kind {
     match algorithm {
-        Algorithm::Gcra => {
-            let tat = u128::from(now) * l + debt;
-            Kind::Gcra {
-                tat_ms: narrow(tat / l),
-                tat_frac: u32::try_from(tat % l).unwrap_or(0),
-            }
-        }
-        _ => Kind::Bucket { debt: narrow(debt) },
+        Algorithm::Gcra => gcra::tat_kind(now, debt, l),
+        _ => Kind::Bucket { debt },
     }
 }
 
 /// Carry-over between buckets (token bucket, GCRA, leaky bucket, in any combination): the
 /// units in use at `now`, rounded up to a whole unit and capped at the new burst, carry over.
 pub(super) fn carry_over(from: &Policy, to: &Policy, state: &State, now: u64) -> State {
-    let (_, old_p, _) = params(from);
-    let (l, p, cap) = params(to);
-    let units = debt_at(from, state, now).div_ceil(old_p).min(cap);
-    let debt = units * p;
+    let units = debt_at(from, state, now)
+        .div_ceil(from.period_ms())
+        .min(to.capacity());
+    let debt = units * to.period_ms();
     if debt == 0 {
         return State::fresh_at(now);
     }
     State {
         updated_ms: now,
-        kind: debt_kind(to.algorithm(), l, debt, now),
+        kind: debt_kind(to.algorithm(), to.limit(), debt, now),
     }
 }
 
 /// Refund of a bucket state (token, leaky or GCRA): the debt shrinks by `cost` units, not
 /// below empty.
 pub(super) fn refund(policy: &Policy, state: &mut State, now: u64, cost: u64) {
-    let (l, period, cap) = params(policy);
     let debt = debt_at(policy, state, now);
-    let give = u128::from(cost).min(cap) * period;
+    let give = cost.min(policy.capacity()) * policy.period_ms();
     let debt = debt.saturating_sub(give);
-    state.kind = debt_kind(policy.algorithm(), l, debt, now);
+    state.kind = debt_kind(policy.algorithm(), policy.limit(), debt, now);
     state.updated_ms = now;
 }
 

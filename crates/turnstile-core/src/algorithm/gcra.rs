@@ -8,24 +8,46 @@
 //! the TAT to max(TAT, now) + c·T. Carry-over and refund are the buckets' (see
 //! [`bucket`](super::bucket)); only the stored state differs.
 
-use super::{bucket, narrow, params, Kind, Outcome, State, Update};
+use super::{bucket, narrow, Kind, Outcome, State, Update};
+use crate::debt::decide_debt;
 use crate::policy::Policy;
 
 /// GCRA with emission interval T = P/L and tolerance τ = (B − 1)·T, on a TAT kept exactly
-/// in units of 1/L ms: the bucket decision on the debt D = TAT − now (scaled).
+/// in units of 1/L ms: the buckets' decision ([`bucket::decide_debt`]) on the debt
+/// D = (TAT − now)·L.
 pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64) -> Outcome {
-    let (l, period, cap) = params(p);
-    let now_scaled = u128::from(now) * l;
-    let tat = match s.kind {
-        Kind::Gcra { tat_ms, tat_frac } => u128::from(tat_ms) * l + u128::from(tat_frac),
-        _ => now_scaled,
-    }
-    .clamp(now_scaled, now_scaled + cap * period);
-    bucket::decide_debt(l, period, cap, tat - now_scaled, cost, false, |after| {
-        let new_tat = now_scaled + after;
-        Update::Gcra {
-            tat_ms: narrow(new_tat / l),
-            tat_frac: u32::try_from(new_tat % l).unwrap_or(0),
-        }
-    })
+    let l = p.limit();
+    let debt = match s.kind {
+        Kind::Gcra { tat_ms, tat_frac } => debt_at(tat_ms, tat_frac, now, l, bucket::max_debt(p)),
+        _ => 0,
+    };
+    let d = decide_debt(p.period_ms(), p.capacity(), debt, cost, false);
+    bucket::outcome(p, d, cost, |after| tat_kind_update(now, after, l))
+}
+
+/// The debt (TAT − now)·L at `now` of the TAT `tat_ms` + `tat_frac` / L ms (L = `l`): 0 when
+/// the TAT is not after now, capped at `max` (B·P).
+pub(super) fn debt_at(tat_ms: u64, tat_frac: u32, now: u64, l: u64, max: u64) -> u64 {
+    let tat = u128::from(tat_ms) * u128::from(l) + u128::from(tat_frac);
+    narrow(tat.saturating_sub(u128::from(now) * u128::from(l))).min(max)
+}
+
+/// The TAT of a debt `debt` (units of 1/L ms, L = `l`) at `now`: now + debt / L ms, as whole
+/// ms and the fraction in units of 1/L ms.
+fn tat_of(now: u64, debt: u64, l: u64) -> (u64, u32) {
+    let l = u128::from(l.max(1));
+    let tat = u128::from(now) * l + u128::from(debt);
+    (narrow(tat / l), u32::try_from(tat % l).unwrap_or(0))
+}
+
+/// The GCRA state holding `debt` at `now`.
+pub(super) fn tat_kind(now: u64, debt: u64, l: u64) -> Kind {
+    let (tat_ms, tat_frac) = tat_of(now, debt, l);
+    Kind::Gcra { tat_ms, tat_frac }
+}
+
+/// The update of an admission that leaves the debt `after` at `now`.
+fn tat_kind_update(now: u64, after: u64, l: u64) -> Update {
+    let (tat_ms, tat_frac) = tat_of(now, after, l);
+    Update::Gcra { tat_ms, tat_frac }
 }

@@ -21,9 +21,10 @@ mod gcra;
 mod sliding_log;
 mod sliding_window;
 
-use crate::decision::{span_ratio, PolicyDecision, SharedPolicy, Span};
+use crate::decision::{span_ratio, PolicyDecision, Span};
 use crate::few::Few;
 use crate::policy::{Algorithm, Policy};
+use crate::shared::SharedPolicy;
 use sliding_log::Log;
 
 /// One policy's state for one key. A fresh key's state is [`State::default`].
@@ -545,23 +546,6 @@ impl Outcome {
 fn narrow(v: u128) -> u64 {
     // Every value narrowed here is bounded by max(L, B)·P ≤ 2^53 − 1 or by a u64 input.
     u64::try_from(v).unwrap_or(u64::MAX)
-}
-
-/// ⌈a / b⌉ for b ≥ 1, in 64-bit arithmetic when both fit (128-bit division is slow).
-fn div_ceil(a: u128, b: u128) -> u128 {
-    match (u64::try_from(a), u64::try_from(b)) {
-        (Ok(a), Ok(b)) => u128::from(a.div_ceil(b.max(1))),
-        _ => a.div_ceil(b.max(1)),
-    }
-}
-
-/// (L, P, capacity) as u128.
-fn params(p: &Policy) -> (u128, u128, u128) {
-    (
-        u128::from(p.limit()),
-        u128::from(p.period_ms()),
-        u128::from(p.capacity()),
-    )
 }
 
 #[cfg(test)]

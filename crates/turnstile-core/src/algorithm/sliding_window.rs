@@ -13,17 +13,8 @@ pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64) -> Outcome {
     let window = now / p.period_ms();
     let start = u128::from(window) * period;
     let e = now128 - start;
-    let (n, m) = match s.kind {
-        Kind::Sliding {
-            window: w,
-            current,
-            previous,
-        } if w == window => (u128::from(current), u128::from(previous)),
-        Kind::Sliding {
-            window: w, current, ..
-        } if w.checked_add(1) == Some(window) => (0, u128::from(current)),
-        _ => (0, 0),
-    };
+    let (n, m) = counts(&s.kind, window).unwrap_or((0, 0));
+    let (n, m) = (u128::from(n), u128::from(m));
     // est = m·(P − e)/P + n; remaining = max(0, floor(L − est)) = floor(((L − n)·P − m·(P − e)) / P).
     let weighted = m * (period - e);
     let remaining =
@@ -68,28 +59,37 @@ pub(super) fn decide(p: &Policy, s: &State, now: u64, cost: u64) -> Outcome {
     }
 }
 
+/// The counts (n, m) of window `window` and of the one before it, as the sliding state
+/// `kind` (written in its own window) gives them; `None` when it is no sliding state or
+/// older than the window before.
+fn counts(kind: &Kind, window: u64) -> Option<(u64, u64)> {
+    let Kind::Sliding {
+        window: w,
+        current,
+        previous,
+    } = *kind
+    else {
+        return None;
+    };
+    if w == window {
+        Some((current, previous))
+    } else if w.checked_add(1) == Some(window) {
+        Some((0, current))
+    } else {
+        None
+    }
+}
+
 /// Carry-over from sliding window to sliding window: with the same period, both windows'
 /// counts carry over, capped at the new limit; with another period, their sum (capped)
 /// becomes the count of the new window in which the state was last written, if that is the
 /// current or the previous one, else the key starts fresh.
 pub(super) fn carry_over(from: &Policy, to: &Policy, state: &State, now: u64) -> State {
     let fresh = State::fresh_at(now);
-    let Kind::Sliding {
-        window,
-        current,
-        previous,
-    } = state.kind
-    else {
+    if !matches!(state.kind, Kind::Sliding { .. }) {
         return fresh;
-    };
-    let w_old = now / from.period_ms();
-    let (n, m) = if window == w_old {
-        (current, previous)
-    } else if window.checked_add(1) == Some(w_old) {
-        (0, current)
-    } else {
-        (0, 0)
-    };
+    }
+    let (n, m) = counts(&state.kind, now / from.period_ms()).unwrap_or((0, 0));
     let cap = to.limit();
     let w = now / to.period_ms();
     let kind = if from.period_ms() == to.period_ms() {
@@ -131,20 +131,8 @@ pub(super) fn carry_over(from: &Policy, to: &Policy, state: &State, now: u64) ->
 /// Refund of a sliding window state: the current window's count shrinks first, then the
 /// previous one's.
 pub(super) fn refund(policy: &Policy, state: &mut State, now: u64, cost: u64) {
-    let Kind::Sliding {
-        window,
-        current,
-        previous,
-    } = state.kind
-    else {
-        return;
-    };
     let w = now / policy.period_ms();
-    let (n, m) = if window == w {
-        (current, previous)
-    } else if window.checked_add(1) == Some(w) {
-        (0, current)
-    } else {
+    let Some((n, m)) = counts(&state.kind, w) else {
         return;
     };
     let take = cost.min(n);

@@ -9,11 +9,11 @@
 
 use std::num::NonZeroU32;
 
-use super::fast::{self, Words};
+use super::fast;
 use crate::algorithm::{eval, Packed, State};
-use crate::decision::SharedPolicy;
 use crate::policy::Policy;
 use crate::quota::KeyConfig;
+use crate::shared::SharedPolicy;
 
 /// How long a key's version is kept when it has no other configuration: a day, as in Redis.
 const VERSION_TTL_MS: u64 = 86_400_000;
@@ -185,8 +185,8 @@ impl Head {
                     return 0;
                 };
                 let kind = tag.kind();
-                match fast::decide(p, Words { kind, a, b, c }, a, 0) {
-                    Some(f) => fast::expires_at(f.now, f.debt, p.limit()),
+                match fast::decide(p, Packed { kind, a, b, c }, a, 0) {
+                    Some(f) => fast::expires_at(f.now, f.debts.after, p.limit()),
                     None => self
                         .as_one(policies)
                         .map(|(_, state)| expires_at(p, &state))
@@ -260,7 +260,26 @@ impl Head {
     }
 }
 
+impl Slot {
+    /// The slot holds `state`, carried over to `p`'s parameters (see
+    /// [`carry_over`](crate::algorithm::carry_over)), and refers to `p` from now on.
+    pub(super) fn carried(&mut self, policies: &mut Policies, p: &Policy, state: State) {
+        let id = policies.intern(p);
+        policies.acquire(id);
+        policies.release(self.policy);
+        self.policy = id;
+        self.state = state;
+    }
+}
+
 impl Full {
+    /// The index of the slot of the policy named `name` (names are unique in an entry).
+    pub(super) fn slot_named(&self, policies: &Policies, name: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| policies.get(s.policy).is_some_and(|q| q.name() == name))
+    }
+
     /// Bumps the key's version; a version alone is kept a day from `now_ms`, as in Redis.
     pub(super) fn bump_version(&mut self, now_ms: u64) -> u64 {
         let config = self.config.get_or_insert_with(Box::default);

@@ -1,18 +1,14 @@
 //! The decision of the commonest check — one token-bucket, GCRA or leaky-bucket policy on a
-//! key whose state is packed in its entry — on the packed words themselves, in 64-bit
-//! arithmetic: the same decision, field for field, as [`algorithm::eval`] followed by
-//! [`Eval::apply`](crate::algorithm::Eval::apply) (`algorithm/bucket.rs` and
-//! `algorithm/gcra.rs`, `SEMANTICS.md`'s token bucket, GCRA and leaky bucket), without
-//! unpacking the state or building the general evaluation. The `fast_path_decides_as_the_
-//! algorithms_do` property test holds the two together.
-//!
-//! Every intermediate fits in a `u64`: a debt is at most B·P ≤ 2^53 − 1 (in units of 1/L
-//! ms), a cost above the capacity is denied before any arithmetic on it, and a refill Δ·L
-//! that would overflow saturates, which empties the debt as the exact product would.
+//! key whose state is packed in its entry — on the packed words themselves: the words read
+//! as a debt, decided by the buckets' one decision ([`debt::decide_debt`], which the
+//! general evaluation calls too), and the debt after written back as words; no unpacking,
+//! no general evaluation. The `fast_path_decides_as_the_algorithms_do` property test holds
+//! the two paths together field for field.
 //!
 //! [`algorithm::eval`]: crate::algorithm::eval
 
-use crate::decision::Retry;
+use crate::algorithm::Packed;
+use crate::debt::{self, Debts};
 use crate::policy::{Algorithm, Policy};
 
 /// Packed state kinds (see [`Packed`](crate::algorithm::Packed)).
@@ -20,87 +16,55 @@ const FRESH: u8 = 0;
 const BUCKET: u8 = 1;
 const GCRA: u8 = 2;
 
-/// A packed bucket state: its kind, last update (`a`) and debt then (`b`); `c` unused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Words {
-    pub(super) kind: u8,
-    pub(super) a: u64,
-    pub(super) b: u64,
-    pub(super) c: u32,
-}
-
-/// A fresh key's state.
-pub(super) const FRESH_WORDS: Words = Words {
+/// A fresh key's packed state.
+pub(super) const FRESH_WORDS: Packed = Packed {
     kind: FRESH,
     a: 0,
     b: 0,
     c: 0,
 };
 
-/// One bucket policy's decision on packed state, as debts in units of 1/L ms (see
-/// [`PolicyDecision::bucket`](crate::PolicyDecision)).
+/// One bucket policy's decision on packed state: the buckets' decision in debts (see
+/// [`PolicyDecision::bucket`](crate::PolicyDecision)), and what to store.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Fast {
-    pub(super) allowed: bool,
-    /// The debt after the decision: `remaining` and `reset_after` follow from it.
-    pub(super) debt: u64,
-    pub(super) retry: Retry,
-    /// A leaky bucket's queue ahead of the request (its `delay`); 0 for the others.
-    pub(super) delay: u64,
+    /// The decision; its debt after is what `remaining` and `reset_after` follow from.
+    pub(super) debts: Debts,
     /// The state to store when the request changes it (admitted with a positive cost).
-    pub(super) write: Option<Words>,
+    pub(super) write: Option<Packed>,
     /// The time decided at: the request's, or the state's last update if that is later.
     pub(super) now: u64,
 }
 
 /// Decides a request of `cost` units at `t_ms` on `state` under `p`, or `None` when `p` is
-/// not a bucket (token bucket, GCRA, leaky bucket).
+/// not a bucket (token bucket, GCRA, leaky bucket): the packed words read as a debt, then
+/// the buckets' one decision, [`debt::decide_debt`].
 #[inline(always)]
-pub(super) fn decide(p: &Policy, state: Words, t_ms: u64, cost: u64) -> Option<Fast> {
+pub(super) fn decide(p: &Policy, state: Packed, t_ms: u64, cost: u64) -> Option<Fast> {
     let (kind, leaky) = match p.algorithm() {
         Algorithm::TokenBucket => (BUCKET, false),
         Algorithm::LeakyBucket => (BUCKET, true),
         Algorithm::Gcra => (GCRA, false),
         _ => return None,
     };
-    let (l, period, cap) = (p.limit(), p.period_ms(), p.capacity());
+    let (period, cap) = (p.period_ms(), p.capacity());
     // A time before the last update is taken as the last update.
     let now = t_ms.max(state.a);
-    // The debt D = (B − x)·P in units of 1/L ms (a GCRA's TAT·L − now·L), refilled by Δ·L
-    // since the last update; a state of another shape reads as fresh.
+    // The debt at the last update (a GCRA's TAT·L − a·L), refilled to now; a state of
+    // another shape reads as fresh.
     let debt = if state.kind == kind {
-        state.b.saturating_sub((now - state.a).saturating_mul(l))
+        debt::refilled(state.b, now - state.a, p.limit(), cap * period)
     } else {
         0
-    }
-    .min(cap * period);
-    let queued = if leaky { debt } else { 0 };
-    let (allowed, after, retry, delay) = if cost > cap {
-        (false, debt, Retry::Never, 0)
-    } else if cost == 0 {
-        (true, debt, Retry::Zero, queued)
-    } else {
-        let room = (cap - cost) * period;
-        if debt <= room {
-            (true, debt + cost * period, Retry::Zero, queued)
-        } else {
-            (false, debt, Retry::After(debt - room), 0)
-        }
     };
-    let write = (allowed && cost > 0).then_some(Words {
+    let debts = debt::decide_debt(period, cap, debt, cost, leaky);
+    let write = (debts.allowed && cost > 0).then_some(Packed {
         kind,
         a: now,
-        b: after,
+        b: debts.after,
         c: 0,
     });
-    Some(Fast {
-        allowed,
-        debt: after,
-        retry,
-        delay,
-        write,
-        now,
-    })
+    Some(Fast { debts, write, now })
 }
 
 /// When a debt of `debt` (units of 1/L ms) at `now` is paid off: ms, rounded up.
@@ -120,28 +84,17 @@ pub(super) fn expires_no_earlier_than(now: u64, debt: u64, limit: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::{eval, Packed, State};
-    use crate::decision::{PolicyDecision, SharedPolicy};
+    use crate::algorithm::{eval, State};
+    use crate::decision::PolicyDecision;
+    use crate::shared::SharedPolicy;
     use proptest::prelude::*;
 
-    fn words(s: &State, l: u64) -> Words {
-        let p = s.pack(l).expect("bucket states pack");
-        Words {
-            kind: p.kind,
-            a: p.a,
-            b: p.b,
-            c: p.c,
-        }
+    fn words(s: &State, l: u64) -> Packed {
+        s.pack(l).expect("bucket states pack")
     }
 
-    fn state(w: Words, l: u64) -> State {
-        let packed = Packed {
-            kind: w.kind,
-            a: w.a,
-            b: w.b,
-            c: w.c,
-        };
-        State::unpack(packed, l)
+    fn state(w: Packed, l: u64) -> State {
+        State::unpack(w, l)
     }
 
     /// The fast decision and the general one, request by request, from a fresh key.
@@ -152,18 +105,12 @@ mod tests {
             let fast = decide(p, words(&s, l), t, cost).expect("a bucket");
             let e = eval(p, &s, t, cost);
             let shared = SharedPolicy::new(p.clone());
-            let d = PolicyDecision::bucket(
-                shared.clone(),
-                fast.allowed,
-                fast.debt,
-                fast.retry,
-                fast.delay,
-            );
+            let d = PolicyDecision::bucket(shared.clone(), fast.debts);
             assert_eq!(d, e.decision(shared), "{p} t={t} cost={cost}");
             assert_eq!(fast.write.is_some(), e.changes_state());
-            let expires = expires_at(fast.now, fast.debt, l);
+            let expires = expires_at(fast.now, fast.debts.after, l);
             assert_eq!(expires, e.expires_at_ms);
-            assert!(expires_no_earlier_than(fast.now, fast.debt, l) <= expires);
+            assert!(expires_no_earlier_than(fast.now, fast.debts.after, l) <= expires);
             e.apply(&mut s);
             if let Some(w) = fast.write {
                 assert_eq!(state(w, l), s, "{p} t={t} cost={cost}");

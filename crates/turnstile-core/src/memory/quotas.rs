@@ -3,8 +3,9 @@
 use std::future::{ready, Future};
 use std::sync::Arc;
 
-use super::entry::expires_at;
-use super::{MemoryBackend, Now};
+use super::entry::{expires_at, Full, Policies};
+use super::sweep::Now;
+use super::MemoryBackend;
 use crate::algorithm::{carry_over, refund};
 use crate::backend::{BackendError, CheckResult, Quotas};
 use crate::clock::Clock;
@@ -15,92 +16,73 @@ impl<C: Clock> MemoryBackend<C> {
     /// Gives `cost` units back to `key` at `now` (see [`Quotas::refund`]).
     fn refund_now(&self, key: &str, limits: &Limits, cost: u64, now: Now) -> CheckResult {
         let now_ms = now.ms;
-        {
-            let (cell, mut shard, at) = self.shard(key);
-            let shard = &mut *shard;
-            let index = shard.table.find(at.hash, &at.probe);
-            let config = index
-                .and_then(|i| shard.table.get(i))
-                .and_then(|e| e.head.config());
-            let (policies, _) = limits.resolve(config);
-            let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
-            let i = self.entry_at(cell, shard, index, &at, now)?;
-            let expires_ms = {
-                let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
-                    return Err(missing());
+        self.change_applying(key, limits, now, |entry, interned, policies| {
+            for p in policies {
+                let Some(j) = entry.slot_named(interned, p.name()) else {
+                    continue;
                 };
-                let interned = &mut shard.policies;
-                let entry = head.full_mut(interned);
-                entry.explicit = now.explicit;
-                for p in &policies {
-                    let found = entry
-                        .slots
-                        .iter()
-                        .position(|s| interned.get(s.policy).is_some_and(|q| q.name() == p.name()));
-                    let Some(j) = found else { continue };
-                    let slot = &mut entry.slots[j];
-                    if let Some(q) = interned.get(slot.policy).filter(|q| !q.same_parameters(p)) {
-                        slot.state = carry_over(q, p, &slot.state, now_ms);
-                        let id = interned.intern(p);
-                        interned.acquire(id);
-                        interned.release(slot.policy);
-                        slot.policy = id;
-                    }
-                    refund(p, &mut slot.state, now_ms, cost);
-                    slot.expires_ms = expires_at(p, &slot.state);
+                let slot = &mut entry.slots[j];
+                if let Some(q) = interned.get(slot.policy).filter(|q| !q.same_parameters(p)) {
+                    let carried = carry_over(q, p, &slot.state, now_ms);
+                    slot.carried(interned, p, carried);
                 }
-                entry.bump_version(now_ms);
-                entry.settle(now_ms, interned);
-                let expires_ms = entry.expires_ms;
-                head.compact(interned);
-                expires_ms
-            };
-            shard.note(cell, expires_ms, now.explicit);
-        }
+                refund(p, &mut slot.state, now_ms, cost);
+                slot.expires_ms = expires_at(p, &slot.state);
+            }
+        })?;
         self.query(key, limits, now)
     }
 
     /// Forgets the state of every policy that applies to `key` at `now` (see
     /// [`Quotas::reset`]).
     fn reset_now(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
-        let now_ms = now.ms;
-        {
-            let (cell, mut shard, at) = self.shard(key);
-            let shard = &mut *shard;
-            let index = shard.table.find(at.hash, &at.probe);
-            let config = index
-                .and_then(|i| shard.table.get(i))
-                .and_then(|e| e.head.config());
-            let (policies, _) = limits.resolve(config);
-            let names: Vec<Arc<str>> = policies
-                .unwrap_or_default()
-                .iter()
-                .map(|p| Arc::clone(p.name_arc()))
-                .collect();
-            let i = self.entry_at(cell, shard, index, &at, now)?;
-            let expires_ms = {
-                let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
-                    return Err(missing());
-                };
-                let interned = &mut shard.policies;
-                let entry = head.full_mut(interned);
-                entry.explicit = now.explicit;
-                entry.slots.retain(|s| {
-                    let named = interned
-                        .get(s.policy)
-                        .is_some_and(|q| names.iter().any(|n| **n == *q.name()));
-                    if named {
-                        interned.release(s.policy);
-                    }
-                    !named
-                });
-                entry.bump_version(now_ms);
-                entry.settle(now_ms, interned);
-                entry.expires_ms
-            };
-            shard.note(cell, expires_ms, now.explicit);
-        }
+        self.change_applying(key, limits, now, |entry, interned, policies| {
+            entry.slots.retain(|s| {
+                let named = interned
+                    .get(s.policy)
+                    .is_some_and(|q| policies.iter().any(|p| p.name() == q.name()));
+                if named {
+                    interned.release(s.policy);
+                }
+                !named
+            });
+        })?;
         self.query(key, limits, now)
+    }
+
+    /// Changes the states of the policies that apply to `key` (as its configuration resolves
+    /// `limits`) at `now` with `change`, which gets the key's entry (made if missing), the
+    /// shard's policies and those that apply; then bumps the key's version.
+    fn change_applying(
+        &self,
+        key: &str,
+        limits: &Limits,
+        now: Now,
+        change: impl FnOnce(&mut Full, &mut Policies, &[Policy]),
+    ) -> Result<(), BackendError> {
+        let (cell, mut shard, at) = self.shard(key);
+        let shard = &mut *shard;
+        let index = shard.table.find(at.hash, &at.probe);
+        let config = index
+            .and_then(|i| shard.table.get(i))
+            .and_then(|e| e.head.config());
+        let (policies, _) = limits.resolve(config);
+        // Held apart from the entry, which `change` changes (its override among others).
+        let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
+        let i = self.entry_at(cell, shard, index, &at, now)?;
+        let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
+            return Err(missing());
+        };
+        let interned = &mut shard.policies;
+        let entry = head.full_mut(interned);
+        entry.explicit = now.explicit;
+        change(entry, interned, &policies);
+        entry.bump_version(now.ms);
+        entry.settle(now.ms, interned);
+        let expires_ms = entry.expires_ms;
+        head.compact(interned);
+        shard.note(cell, expires_ms, now.explicit);
+        Ok(())
     }
 
     /// A query (cost 0) of `key` at `now`, on the same time base.

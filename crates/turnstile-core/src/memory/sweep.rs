@@ -14,8 +14,9 @@ use std::sync::atomic::Ordering;
 use foldhash::fast::RandomState;
 
 use super::entry::Policies;
+use super::shard::{Shard, ShardCell};
 use super::table::Table;
-use super::{MemoryBackend, Shard, ShardCell};
+use super::MemoryBackend;
 use crate::clock::Clock;
 
 /// Every this many checks, a thread sweeps a few entries of another shard.

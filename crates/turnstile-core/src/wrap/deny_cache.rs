@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 
-use crate::backend::{Backend, BackendError, CheckResult, Quotas};
+use super::Wrapper;
+use crate::backend::{Backend, CheckResult};
 use crate::decision::{Decision, Origin};
 use crate::policy::Policy;
-use crate::quota::{KeyConfig, Limits};
+use crate::quota::Limits;
 
 /// The default longest time a cached denial is trusted: 1 s.
 pub const DEFAULT_DENY_CACHE_MAX: Duration = Duration::from_secs(1);
@@ -236,9 +237,9 @@ impl Cache {
 /// asks the backend — which then caches it under its own cost; a key keeps up to four costs.)
 ///
 /// What gives quota back — a reset, a refund, a raised override or tier — reaches this
-/// process's cache at once when it goes through the wrapper ([`Quotas`]), and other
-/// processes' caches within their cap ([`DenyCache::with_max`], 1 s by default): an entry is
-/// never kept longer than that.
+/// process's cache at once when it goes through the wrapper ([`Quotas`](crate::Quotas), see
+/// [`Wrapper::giving_back`]), and other processes' caches within their cap
+/// ([`DenyCache::with_max`], 1 s by default): an entry is never kept longer than that.
 ///
 /// Queries (cost 0) are never cached; checks at explicit times (simulations) are cached on
 /// their own time base. Clones share one cache.
@@ -465,84 +466,27 @@ impl<F: Future<Output = CheckResult>> Future for DenyCacheFuture<F> {
     }
 }
 
-impl<B: Quotas> DenyCache<B> {
-    /// Forgets `key` now and again when `fut` (an operation that may give quota back) ends.
-    fn giving_back<T>(
+impl<B> Wrapper for DenyCache<B> {
+    type Inner = B;
+
+    fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// Forgets `key` now and again when `op` ends: quota given back (or a raised limit)
+    /// ends a cached denial, and a denial on its way during `op` may predate it.
+    fn giving_back<T: Send>(
         &self,
         key: &str,
-        fut: impl Future<Output = T> + Send,
+        op: impl Future<Output = T> + Send,
     ) -> impl Future<Output = T> + Send {
         self.cache.invalidate(key);
         let cache = Arc::clone(&self.cache);
         let key: Box<str> = Box::from(key);
         async move {
-            let out = fut.await;
+            let out = op.await;
             cache.invalidate(&key);
             out
         }
-    }
-}
-
-impl<B: Quotas> Quotas for DenyCache<B> {
-    fn peek(
-        &self,
-        key: &str,
-        limits: &Limits,
-        now_ms: Option<u64>,
-    ) -> impl Future<Output = CheckResult> + Send {
-        self.inner.peek(key, limits, now_ms)
-    }
-
-    fn reset(
-        &self,
-        key: &str,
-        limits: &Limits,
-        now_ms: Option<u64>,
-    ) -> impl Future<Output = CheckResult> + Send {
-        self.giving_back(key, self.inner.reset(key, limits, now_ms))
-    }
-
-    fn refund(
-        &self,
-        key: &str,
-        limits: &Limits,
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> impl Future<Output = CheckResult> + Send {
-        self.giving_back(key, self.inner.refund(key, limits, cost, now_ms))
-    }
-
-    fn config(&self, key: &str) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.inner.config(key)
-    }
-
-    fn set_override(
-        &self,
-        key: &str,
-        policies: &[Policy],
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.giving_back(key, self.inner.set_override(key, policies))
-    }
-
-    fn remove_override(
-        &self,
-        key: &str,
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.giving_back(key, self.inner.remove_override(key))
-    }
-
-    fn set_tier(
-        &self,
-        key: &str,
-        tier: Option<&str>,
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.giving_back(key, self.inner.set_tier(key, tier))
-    }
-
-    fn clear_config(
-        &self,
-        key: &str,
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.giving_back(key, self.inner.clear_config(key))
     }
 }

@@ -10,15 +10,15 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 
 use super::learned::Learned;
-use crate::backend::{Backend, BackendError, CheckResult, Quotas};
+use super::Wrapper;
+use crate::backend::{Backend, BackendError, CheckResult};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Origin;
 use crate::failure::{FailurePolicy, OnError};
 use crate::memory::MemoryBackend;
 #[cfg(feature = "metrics")]
 use crate::metric_names as names;
-use crate::policy::Policy;
-use crate::quota::{KeyConfig, Limits};
+use crate::quota::Limits;
 use crate::wrap::incident::{key_hash, IncidentLog, Ticket};
 
 /// A share of a policy's capacity, from 0 to 1, in millionths: what a key the backend never
@@ -93,9 +93,8 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 /// flight when the incident began ([`IncidentLog`]). One key's unreadable state
 /// (`BackendError::InvalidState`) is decided locally too, but it is the key's fault, not the
 /// backend's: it neither starts nor ends an incident, and is logged at most once per key per
-/// minute, the key shown as its stable hash (FNV-1a, as the layer's default
-/// `KeyLogging::Hashed`). Quota operations ([`Quotas`]) are forwarded, never decided
-/// locally.
+/// minute, the key shown as its stable hash ([`key_hash`]). Quota operations
+/// ([`Quotas`](crate::Quotas), through [`Wrapper`]) are forwarded, never decided locally.
 ///
 /// # Examples
 /// ```
@@ -303,7 +302,7 @@ impl<C: Clock> Retry<C> {
             if s.log.bad_key(&self.key, s.local.clock().now_ms()) {
                 tracing::warn!(
                     error = %error,
-                    key_hash = %key_hash(&self.key),
+                    key_hash = %format_args!("{:016x}", key_hash(&self.key)),
                     "rate-limit backend cannot read this key's state; deciding it in memory on this process"
                 );
             }
@@ -370,66 +369,10 @@ impl<F: Future<Output = CheckResult>, C: Clock> Future for FallbackFuture<F, C> 
     }
 }
 
-impl<B: Quotas, C: Clock> Quotas for Fallback<B, C> {
-    fn peek(
-        &self,
-        key: &str,
-        limits: &Limits,
-        now_ms: Option<u64>,
-    ) -> impl Future<Output = CheckResult> + Send {
-        self.inner.peek(key, limits, now_ms)
-    }
+impl<B, C> Wrapper for Fallback<B, C> {
+    type Inner = B;
 
-    fn reset(
-        &self,
-        key: &str,
-        limits: &Limits,
-        now_ms: Option<u64>,
-    ) -> impl Future<Output = CheckResult> + Send {
-        self.inner.reset(key, limits, now_ms)
-    }
-
-    fn refund(
-        &self,
-        key: &str,
-        limits: &Limits,
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> impl Future<Output = CheckResult> + Send {
-        self.inner.refund(key, limits, cost, now_ms)
-    }
-
-    fn config(&self, key: &str) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.inner.config(key)
-    }
-
-    fn set_override(
-        &self,
-        key: &str,
-        policies: &[Policy],
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.inner.set_override(key, policies)
-    }
-
-    fn remove_override(
-        &self,
-        key: &str,
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.inner.remove_override(key)
-    }
-
-    fn set_tier(
-        &self,
-        key: &str,
-        tier: Option<&str>,
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.inner.set_tier(key, tier)
-    }
-
-    fn clear_config(
-        &self,
-        key: &str,
-    ) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        self.inner.clear_config(key)
+    fn inner(&self) -> &B {
+        &self.inner
     }
 }

@@ -33,7 +33,8 @@ pub struct Ticket(u64);
 ///   log it at most once per key per [`BAD_KEY_LOG_INTERVAL_MS`], over at most
 ///   [`MAX_BAD_KEYS_LOGGED`] keys at once.
 ///
-/// The wrappers and the tower layer each keep one; the caller writes the lines.
+/// Each wrapper keeps one, and so does whatever answers for the backend's failures to its
+/// own callers; the owner writes the lines.
 ///
 /// # Examples
 /// ```
@@ -138,14 +139,20 @@ impl IncidentLog {
     }
 }
 
-/// The stable hash a key is logged under where the caller's key-logging choice is unknown:
-/// FNV-1a (64 bits) of its bytes, as 16 hex digits — the tower layer's default
-/// `KeyLogging::Hashed` shows the same.
-pub(crate) fn key_hash(key: &str) -> String {
-    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+/// The stable hash a client key is logged under, so logs hold no key itself: FNV-1a (64 bits)
+/// of its bytes, the same on every build, platform and node, shown as 16 hex digits. The
+/// wrappers' warnings show keys so, and so does the `turnstile` crate's default
+/// `KeyLogging::Hashed`.
+///
+/// # Examples
+/// ```
+/// use turnstile_core::wrap::key_hash;
+/// assert_eq!(format!("{:016x}", key_hash("a")), "af63dc4c8601ec8c");
+/// ```
+pub fn key_hash(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("{h:016x}")
+    })
 }
 
 #[cfg(test)]
@@ -198,7 +205,7 @@ mod tests {
 
     #[test]
     fn the_key_hash_is_fnv1a() {
-        assert_eq!(key_hash(""), "cbf29ce484222325");
-        assert_eq!(key_hash("a"), "af63dc4c8601ec8c");
+        assert_eq!(format!("{:016x}", key_hash("")), "cbf29ce484222325");
+        assert_eq!(format!("{:016x}", key_hash("a")), "af63dc4c8601ec8c");
     }
 }

@@ -14,12 +14,14 @@ use crate::policy::Policy;
 use crate::quota::Limits;
 use crate::test_util::now;
 
-/// A remote-looking backend over memory that fails with `error` while `down` is set.
+/// A remote-looking backend over memory whose keys `fails` picks (all of them, unless told)
+/// fail with `error` while `down` is set.
 #[derive(Clone)]
 struct Flaky {
     inner: MemoryBackend<ManualClock>,
     down: Arc<AtomicBool>,
     error: fn() -> BackendError,
+    fails: fn(&str) -> bool,
 }
 
 impl Flaky {
@@ -28,6 +30,7 @@ impl Flaky {
             inner: MemoryBackend::builder().clock(clock.clone()).build(),
             down: Arc::default(),
             error,
+            fails: |_| true,
         }
     }
 }
@@ -42,7 +45,7 @@ impl Backend for Flaky {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Self::Future {
-        if self.down.load(Ordering::Relaxed) {
+        if (self.fails)(key) && self.down.load(Ordering::Relaxed) {
             return ready(Err((self.error)()));
         }
         self.inner.check_limits(key, limits, cost, now_ms)
@@ -289,8 +292,8 @@ fn policies(specs: &[&str]) -> Limits {
     Limits::new(specs.iter().map(|s| s.parse::<Policy>().unwrap())).unwrap()
 }
 
-/// The fields a `RateLimit` header shows of one decision: per policy, its name, `r` and `t`
-/// (seconds, rounded up, of `retry_after` when it denies, else of `reset_after`).
+/// The fields a client is shown of one decision: per policy, its name, its `remaining` and a
+/// wait (seconds, rounded up, of `retry_after` when it denies, else of `reset_after`).
 fn shown(d: &crate::Decision) -> Vec<(String, u64, Option<u64>)> {
     d.policies()
         .iter()
@@ -469,28 +472,6 @@ fn deny_cache_answers_random_multi_policy_traces_field_for_field_as_the_backend(
     assert!(compared > 40_000);
 }
 
-/// A remote-looking backend over memory whose keys starting with `dead` fail while `down` is
-/// set, as the keys of one dead Cluster master do while the other masters answer.
-#[derive(Clone)]
-struct OneMasterDown(Flaky);
-
-impl Backend for OneMasterDown {
-    type Future = Ready<CheckResult>;
-
-    fn check_limits(
-        &self,
-        key: &str,
-        limits: &Limits,
-        cost: u64,
-        now_ms: Option<u64>,
-    ) -> Self::Future {
-        if key.starts_with("dead") && self.0.down.load(Ordering::Relaxed) {
-            return ready(Err((self.0.error)()));
-        }
-        self.0.inner.check_limits(key, limits, cost, now_ms)
-    }
-}
-
 #[test]
 fn fallback_keeps_counting_a_dead_masters_keys_while_other_masters_answer() {
     // Chaos run, Cluster master kill under `local`: every answer for a key of a live master
@@ -499,14 +480,18 @@ fn fallback_keeps_counting_a_dead_masters_keys_while_other_masters_answer() {
     // (each process took every request, 50 a second against a limit of 30).
     let clock = ManualClock::new(0);
     let window = limits("fixed-window:limit=3,period=1h");
-    let remote = OneMasterDown(Flaky::new(&clock, unreachable_redis));
+    // The keys of one dead Cluster master fail while the other masters answer.
+    let remote = Flaky {
+        fails: |key| key.starts_with("dead"),
+        ..Flaky::new(&clock, unreachable_redis)
+    };
     let local = MemoryBackend::builder().clock(clock.clone()).build();
     let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, local);
     // Learned: 1 used, 2 left for the known key; the unknown one starts with all 3.
     assert!(now(fb.check_limits("dead-known", &window, 1, None))
         .unwrap()
         .allowed());
-    remote.0.down.store(true, Ordering::Relaxed);
+    remote.down.store(true, Ordering::Relaxed);
     let (mut known, mut unknown) = (0, 0);
     for _ in 0..10 {
         known += usize::from(
@@ -529,11 +514,11 @@ fn fallback_keeps_counting_a_dead_masters_keys_while_other_masters_answer() {
 
     // The dead master's replica takes over with the state it replicated (1 used): an
     // answer for the key ends its outage; a later outage starts from that answer.
-    remote.0.down.store(false, Ordering::Relaxed);
+    remote.down.store(false, Ordering::Relaxed);
     let d = now(fb.check_limits("dead-known", &window, 1, None)).unwrap();
     assert!(d.allowed());
     assert_eq!(d.remaining(), 1);
-    remote.0.down.store(true, Ordering::Relaxed);
+    remote.down.store(true, Ordering::Relaxed);
     let admitted = (0..10)
         .filter(|_| {
             let a = now(fb.check_limits("dead-known", &window, 1, None))

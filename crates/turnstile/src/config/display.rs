@@ -2,18 +2,30 @@
 //! [`LayerConfig`].
 
 use std::fmt;
+use std::time::Duration;
 
 use turnstile_core::policy::format_duration_ms;
-use turnstile_core::Unconfigured;
+use turnstile_core::{FailurePolicy, Policy, Unconfigured};
 
 use super::key::Part;
-use super::LayerConfig;
+use super::{BackendConfig, LayerConfig};
 use crate::action::Action;
 use crate::key::{KeyLogging, MissingKey};
 
 impl fmt::Display for LayerConfig {
     /// The effective configuration, as `turnstile check-config` prints it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_key(f)?;
+        self.write_settings(f)?;
+        self.backend.write(f)?;
+        self.write_rules(f)?;
+        self.write_tiers(f)
+    }
+}
+
+impl LayerConfig {
+    /// The key, each of its sources, and the settings of its IP sources.
+    fn write_key(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "key: {}", self.key.spec())?;
         let parts = self.key.parts();
         for p in parts {
@@ -43,13 +55,16 @@ impl fmt::Display for LayerConfig {
         if let Some(p) = self.ipv6_prefix {
             writeln!(f, "  IPv6 grouped by /{p}")?;
         }
+        Ok(())
+    }
+
+    /// What denied requests, requests without a key and keys without configuration get;
+    /// tiers per request, exempt keys, headers and logged keys.
+    fn write_settings(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let action = match self.action {
             Action::Reject => "reject".to_owned(),
             Action::Shadow => "shadow (count and log, admit everything)".to_owned(),
-            Action::Delay { max_wait } => format!(
-                "delay (wait up to {})",
-                format_duration_ms(u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX))
-            ),
+            Action::Delay { max_wait } => format!("delay (wait up to {})", duration(max_wait)),
         };
         writeln!(f, "action: {action}")?;
         let missing = match &self.missing_key {
@@ -85,45 +100,11 @@ impl fmt::Display for LayerConfig {
             KeyLogging::Hidden => "hidden",
             _ => "hashed",
         };
-        writeln!(f, "keys in logs: {logging}")?;
-        let b = &self.backend;
-        match b.url() {
-            Some(url) => {
-                write!(f, "backend: redis {url}")?;
-                if let Some(p) = b.prefix() {
-                    write!(f, ", prefix {p}")?;
-                }
-                if let Some(t) = b.timeout() {
-                    write!(
-                        f,
-                        ", timeout {}",
-                        format_duration_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
-                    )?;
-                }
-                if let Some(ca) = b.tls_ca() {
-                    write!(f, ", TLS CA {}", ca.display())?;
-                }
-                if let Some((cert, key)) = b.tls_client_cert() {
-                    write!(
-                        f,
-                        ", TLS client certificate {} (key {})",
-                        cert.display(),
-                        key.display()
-                    )?;
-                }
-                writeln!(f)?;
-            }
-            None => match b.max_keys() {
-                Some(n) => writeln!(f, "backend: in memory, at most {n} keys")?,
-                None => writeln!(f, "backend: in memory")?,
-            },
-        }
-        writeln!(
-            f,
-            "on backend failure: {} ({})",
-            b.failure(),
-            b.failure().describe()
-        )?;
+        writeln!(f, "keys in logs: {logging}")
+    }
+
+    /// The rules in order, each with its cost and policies, then the layer's own policies.
+    fn write_rules(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let cost = |c: Option<u64>| c.or(self.cost).unwrap_or(1);
         writeln!(f, "rules (the first that matches applies):")?;
         for (i, r) in self.rules.iter().enumerate() {
@@ -136,31 +117,91 @@ impl fmt::Display for LayerConfig {
                 continue;
             }
             writeln!(f, ", cost {}:", cost(r.cost))?;
-            for p in &r.named {
-                writeln!(f, "       {:?} {}", p.name(), p.spec_without_name())?;
-            }
+            write_policies(f, &r.named)?;
         }
         if self.policies.is_empty() {
-            writeln!(f, "  otherwise: not limited")?;
+            writeln!(f, "  otherwise: not limited")
         } else {
             writeln!(f, "  otherwise, cost {}:", cost(None))?;
-            for p in &self.policies {
-                writeln!(f, "       {:?} {}", p.name(), p.spec_without_name())?;
-            }
+            write_policies(f, &self.policies)
         }
-        if !self.tiers.is_empty() {
-            writeln!(
-                f,
-                "tiers (instead of a rule's policies for keys set to the tier):"
-            )?;
-            for (name, policies) in &self.tiers {
-                writeln!(f, "  {name}:")?;
-                for p in policies {
-                    writeln!(f, "       {:?} {}", p.name(), p.spec_without_name())?;
-                }
-            }
+    }
+
+    /// The tiers and their policies.
+    fn write_tiers(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.tiers.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "tiers (instead of a rule's policies for keys set to the tier):"
+        )?;
+        for (name, policies) in &self.tiers {
+            writeln!(f, "  {name}:")?;
+            write_policies(f, policies)?;
         }
         Ok(())
+    }
+}
+
+impl BackendConfig {
+    /// Where state lives, and what happens when the backend cannot decide.
+    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.url() {
+            Some(url) => {
+                write!(f, "backend: redis {url}")?;
+                if let Some(p) = self.prefix() {
+                    write!(f, ", prefix {p}")?;
+                }
+                if let Some(t) = self.timeout() {
+                    write!(f, ", timeout {}", duration(t))?;
+                }
+                if let Some(ca) = self.tls_ca() {
+                    write!(f, ", TLS CA {}", ca.display())?;
+                }
+                if let Some((cert, key)) = self.tls_client_cert() {
+                    write!(
+                        f,
+                        ", TLS client certificate {} (key {})",
+                        cert.display(),
+                        key.display()
+                    )?;
+                }
+                writeln!(f)?;
+            }
+            None => match self.max_keys() {
+                Some(n) => writeln!(f, "backend: in memory, at most {n} keys")?,
+                None => writeln!(f, "backend: in memory")?,
+            },
+        }
+        writeln!(
+            f,
+            "on backend failure: {} ({})",
+            self.failure(),
+            failure_outcome(self.failure())
+        )
+    }
+}
+
+/// One line per policy: its name as the layer gives it, and its parameters.
+fn write_policies(f: &mut fmt::Formatter<'_>, policies: &[Policy]) -> fmt::Result {
+    for p in policies {
+        writeln!(f, "       {:?} {}", p.name(), p.spec_without_name())?;
+    }
+    Ok(())
+}
+
+/// `d` as a policy string writes a duration.
+fn duration(d: Duration) -> String {
+    format_duration_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What `failure` does with a request the backend cannot decide, as the layer answers it
+/// (see [`RateLimitLayerBuilder::on_backend_failure`](crate::RateLimitLayerBuilder::on_backend_failure)).
+fn failure_outcome(failure: FailurePolicy) -> &'static str {
+    match failure {
+        FailurePolicy::Closed => "answer 503 (gRPC UNAVAILABLE)",
+        other => other.describe(),
     }
 }
 
@@ -210,7 +251,7 @@ exempt = true
         ] {
             let layer = config.builder().build().unwrap();
             let used: Vec<String> = layer
-                .config
+                .limiter
                 .settings
                 .rules
                 .iter()

@@ -11,7 +11,10 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 use turnstile_core::policy::{parse_duration, MAX_LIMIT, MAX_PERIOD_MS, MAX_REQUEST_VALUE};
-use turnstile_core::{Algorithm, InvalidPolicy, Policy};
+use turnstile_core::{Algorithm, FailurePolicy, InvalidPolicy, Policy, Unconfigured};
+
+use crate::action::Action;
+use crate::key::{ForwardedHeader, KeyLogging, MissingKey};
 
 /// The whole file.
 #[derive(Deserialize)]
@@ -120,6 +123,66 @@ pub(super) enum RawKeyLogging {
     Hashed,
     Plain,
     Hidden,
+}
+
+impl From<RawFailure> for FailurePolicy {
+    fn from(f: RawFailure) -> Self {
+        match f {
+            RawFailure::Local => FailurePolicy::Local,
+            RawFailure::Open => FailurePolicy::Open,
+            RawFailure::Closed => FailurePolicy::Closed,
+        }
+    }
+}
+
+impl From<RawForwarded> for ForwardedHeader {
+    fn from(h: RawForwarded) -> Self {
+        match h {
+            RawForwarded::Forwarded => ForwardedHeader::Forwarded,
+            RawForwarded::XForwardedFor => ForwardedHeader::XForwardedFor,
+            RawForwarded::XRealIp => ForwardedHeader::XRealIp,
+        }
+    }
+}
+
+impl From<RawAction> for Action {
+    fn from(a: RawAction) -> Self {
+        match a {
+            RawAction::Reject => Action::Reject,
+            RawAction::Shadow => Action::Shadow,
+            RawAction::Delay(d) => Action::delay(d.0),
+        }
+    }
+}
+
+impl From<RawMissingKey> for MissingKey {
+    fn from(m: RawMissingKey) -> Self {
+        match m {
+            RawMissingKey::Reject => MissingKey::Reject,
+            RawMissingKey::Allow => MissingKey::Allow,
+            RawMissingKey::Key(k) => MissingKey::key(k.0),
+        }
+    }
+}
+
+impl From<RawUnconfigured> for Unconfigured {
+    fn from(u: RawUnconfigured) -> Self {
+        match u {
+            RawUnconfigured::Defaults => Unconfigured::Defaults,
+            RawUnconfigured::Deny => Unconfigured::Deny,
+            RawUnconfigured::Allow => Unconfigured::Allow,
+        }
+    }
+}
+
+impl From<RawKeyLogging> for KeyLogging {
+    fn from(k: RawKeyLogging) -> Self {
+        match k {
+            RawKeyLogging::Hashed => KeyLogging::Hashed,
+            RawKeyLogging::Plain => KeyLogging::Plain,
+            RawKeyLogging::Hidden => KeyLogging::Hidden,
+        }
+    }
 }
 
 /// Implements `Deserialize` for a newtype by parsing one kind of TOML value (a string or an

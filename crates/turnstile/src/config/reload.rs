@@ -10,7 +10,7 @@ use turnstile_core::Backend;
 use super::{BackendConfig, ConfigFileError, ConfigKey, LayerConfig};
 use crate::error::InvalidLayer;
 use crate::layer::RateLimitLayer;
-use crate::state::{Config, Live};
+use crate::limiter::LiveLimiter;
 
 /// Reloads the configuration of a layer built from a TOML file while it serves: key, rules,
 /// policies, tiers, actions and every other setting are swapped at once, for requests that
@@ -73,7 +73,7 @@ pub struct ConfigReload<B> {
 
 struct Inner<B> {
     path: PathBuf,
-    live: Live<B, ConfigKey>,
+    live: LiveLimiter<B, ConfigKey>,
     /// The configuration in force, and the text it was read from.
     current: Mutex<(Arc<LayerConfig>, Option<String>)>,
 }
@@ -238,12 +238,11 @@ impl<B: Backend> ConfigReload<B> {
         // configuration in force carry over.
         let built = config.builder().build().map_err(ReloadError::Layer)?;
         let running = self.inner.live.load_full();
-        let next = Config {
-            backend: running.backend.clone(),
-            key: built.config.key.clone(),
-            settings: Arc::clone(&built.config.settings),
-            stats: Arc::clone(&running.stats),
-        };
+        let next = running.sharing_stats(
+            running.backend.clone(),
+            built.limiter.key.clone(),
+            Arc::clone(&built.limiter.settings),
+        );
         self.inner.live.store(Arc::new(next));
         *current = (Arc::new(config), text);
         Ok(())

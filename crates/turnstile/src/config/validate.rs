@@ -2,7 +2,7 @@
 //! it, in `raw`), then the checks that span several values (the `Validator`).
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 use turnstile_core::{Policy, Unconfigured};
@@ -10,7 +10,7 @@ use turnstile_core::{Policy, Unconfigured};
 use super::backend::BackendConfig;
 use super::error::ConfigFileError;
 use super::key::{ConfigKey, Part};
-use super::raw::{self, KeyPart, PolicySpec, RawAction, RawFailure, RawFile, RawForwarded};
+use super::raw::{self, FilePath, KeyPart, PolicySpec, RawAction, RawFile};
 use super::{LayerConfig, RuleEntry};
 use crate::action::Action;
 use crate::error::InvalidLayer;
@@ -118,16 +118,38 @@ impl Validator<'_> {
         )
     }
 
+    /// An error about the file as a whole (no place in it).
+    fn whole_file(&self, message: String) -> ConfigFileError {
+        ConfigFileError::new(self.file, self.text, None, String::new(), message)
+    }
+
     /// The `[backend]` table; the TLS files go together with a `rediss://` url.
     fn backend(&self, b: raw::RawBackend) -> Result<BackendConfig, ConfigFileError> {
+        self.check_tls_url(&b)?;
         let url = b.url.map(|u| u.0);
+        let tls_client = self.tls_client(b.tls_cert, b.tls_key)?;
+        Ok(BackendConfig {
+            url,
+            prefix: b.prefix.map(|p| p.0),
+            timeout: b.timeout.map(|t| t.0),
+            failure: b.failure.map(FailurePolicy::from),
+            max_keys: b.max_keys.map(|m| m.0),
+            tls_ca: b.tls_ca.map(|p| p.into_inner().0),
+            tls_client,
+        })
+    }
+
+    /// TLS files need a `rediss://` url for every node, and a CA file a url that verifies
+    /// certificates (no `#insecure`).
+    fn check_tls_url(&self, b: &raw::RawBackend) -> Result<(), ConfigFileError> {
+        let url = b.url.as_ref().map(|u| u.0.as_str());
         let tls = [
             ("backend.tls_ca", &b.tls_ca),
             ("backend.tls_cert", &b.tls_cert),
             ("backend.tls_key", &b.tls_key),
         ];
         if let Some((field, Some(first))) = tls.iter().find(|(_, v)| v.is_some()) {
-            let all_tls = url.as_deref().is_some_and(|u| {
+            let all_tls = url.is_some_and(|u| {
                 u.split(',').all(|u| {
                     u.trim()
                         .get(..9)
@@ -142,7 +164,7 @@ impl Validator<'_> {
                 ));
             }
         }
-        if let (Some(ca), Some(u)) = (&b.tls_ca, &url) {
+        if let (Some(ca), Some(u)) = (&b.tls_ca, url) {
             if u.contains("#insecure") {
                 return Err(self.span_at(
                     ca,
@@ -151,37 +173,29 @@ impl Validator<'_> {
                 ));
             }
         }
-        let tls_client = match (b.tls_cert, b.tls_key) {
-            (Some(cert), Some(key)) => Some((cert.into_inner().0, key.into_inner().0)),
-            (None, None) => None,
-            (Some(cert), None) => {
-                return Err(self.span_at(
-                    &cert,
-                    "backend.tls_cert",
-                    "tls_cert needs tls_key, the certificate's private key",
-                ))
-            }
-            (None, Some(key)) => {
-                return Err(self.span_at(
-                    &key,
-                    "backend.tls_key",
-                    "tls_key needs tls_cert, the client certificate it belongs to",
-                ))
-            }
-        };
-        Ok(BackendConfig {
-            url,
-            prefix: b.prefix.map(|p| p.0),
-            timeout: b.timeout.map(|t| t.0),
-            failure: b.failure.map(|f| match f {
-                RawFailure::Local => FailurePolicy::Local,
-                RawFailure::Open => FailurePolicy::Open,
-                RawFailure::Closed => FailurePolicy::Closed,
-            }),
-            max_keys: b.max_keys.map(|m| m.0),
-            tls_ca: b.tls_ca.map(|p| p.into_inner().0),
-            tls_client,
-        })
+        Ok(())
+    }
+
+    /// The client certificate and its key, which go together.
+    fn tls_client(
+        &self,
+        cert: Option<Spanned<FilePath>>,
+        key: Option<Spanned<FilePath>>,
+    ) -> Result<Option<(PathBuf, PathBuf)>, ConfigFileError> {
+        match (cert, key) {
+            (Some(cert), Some(key)) => Ok(Some((cert.into_inner().0, key.into_inner().0))),
+            (None, None) => Ok(None),
+            (Some(cert), None) => Err(self.span_at(
+                &cert,
+                "backend.tls_cert",
+                "tls_cert needs tls_key, the certificate's private key",
+            )),
+            (None, Some(key)) => Err(self.span_at(
+                &key,
+                "backend.tls_key",
+                "tls_key needs tls_cert, the client certificate it belongs to",
+            )),
+        }
     }
 
     fn validate(&self, raw: RawFile) -> Result<LayerConfig, ConfigFileError> {
@@ -194,16 +208,60 @@ impl Validator<'_> {
         }
         let policies = self.name_set(None, &raw.policies, "policies", &mut named, true)?;
         if policies.is_empty() && rules.iter().all(|r: &RuleEntry| r.named.is_empty()) {
-            return Err(ConfigFileError::new(
-                self.file,
-                self.text,
-                None,
-                String::new(),
+            return Err(self.whole_file(
                 "no policy applies to any request: give `policies = [...]` for every request, or `[[rules]]` with policies".to_owned(),
             ));
         }
-        let mut tiers = Vec::with_capacity(raw.tiers.0.len());
-        for (name, list) in &raw.tiers.0 {
+        let tiers = self.tiers(&raw.tiers, &mut named)?;
+        if let (Some(h), true) = (&raw.tier_header, tiers.is_empty()) {
+            return Err(self.span_at(
+                h,
+                "tier_header",
+                "the header names a tier per request, but the file defines no `[tiers]`",
+            ));
+        }
+        let backend = match raw.backend {
+            Some(b) => self.backend(b)?,
+            None => BackendConfig::default(),
+        };
+        let config = LayerConfig {
+            key: key.key,
+            trusted_proxies: key.trusted_proxies,
+            forwarded_header: key.forwarded_header,
+            ipv6_prefix: key.ipv6_prefix,
+            policies,
+            rules,
+            tiers,
+            cost: raw.cost.map(|c| c.0),
+            action: raw
+                .action
+                .as_ref()
+                .map_or(Action::Reject, |a| Action::from(*a.get_ref())),
+            missing_key: raw
+                .on_missing_key
+                .map_or(MissingKey::Reject, MissingKey::from),
+            unconfigured: raw
+                .unconfigured
+                .map_or(Unconfigured::Defaults, Unconfigured::from),
+            key_logging: raw.log_keys.map_or(KeyLogging::Hashed, KeyLogging::from),
+            headers_on_allowed: raw.headers_on_allowed.unwrap_or(true),
+            legacy_headers: raw.legacy_headers.unwrap_or(false),
+            tier_header: raw.tier_header.map(|h| h.into_inner().0),
+            exempt_keys: raw.exempt_keys,
+            backend,
+        };
+        self.check_builds(&config, &named, raw.action.as_ref())?;
+        Ok(config)
+    }
+
+    /// `[tiers]`: each a valid name and at least one policy, named as the layer names them.
+    fn tiers(
+        &self,
+        raw: &raw::Tiers,
+        named: &mut Vec<(Policy, Loc)>,
+    ) -> Result<Vec<(String, Vec<Policy>)>, ConfigFileError> {
+        let mut tiers = Vec::with_capacity(raw.0.len());
+        for (name, list) in &raw.0 {
             let field = format!("tiers.{name}");
             if turnstile_core::quota::validate_tier_name(name).is_err() {
                 return Err(self.span_at(
@@ -217,161 +275,96 @@ impl Validator<'_> {
             if list.get_ref().is_empty() {
                 return Err(self.span_at(list, &field, "a tier needs at least one policy"));
             }
-            let set = self.name_set(None, list.get_ref(), &field, &mut named, false)?;
+            let set = self.name_set(None, list.get_ref(), &field, named, false)?;
             tiers.push((name.clone(), set));
         }
-        if let (Some(h), true) = (&raw.tier_header, tiers.is_empty()) {
-            return Err(self.span_at(
-                h,
-                "tier_header",
-                "the header names a tier per request, but the file defines no `[tiers]`",
-            ));
-        }
-        let action = match raw.action.as_ref().map(|a| *a.get_ref()) {
-            None | Some(RawAction::Reject) => Action::Reject,
-            Some(RawAction::Shadow) => Action::Shadow,
-            Some(RawAction::Delay(d)) => Action::delay(d.0),
+        Ok(tiers)
+    }
+
+    /// Whatever the builder still refuses in `config` (a leaky bucket longer than the
+    /// maximum wait), named by the policy or the action it concerns.
+    fn check_builds(
+        &self,
+        config: &LayerConfig,
+        named: &[(Policy, Loc)],
+        action: Option<&Spanned<RawAction>>,
+    ) -> Result<(), ConfigFileError> {
+        let Err(e) = config.builder().build() else {
+            return Ok(());
         };
-        let backend = match raw.backend {
-            Some(b) => self.backend(b)?,
-            None => BackendConfig::default(),
+        let loc = match &e {
+            InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
+                .iter()
+                .find(|(p, _)| p.name() == policy)
+                .map(|(_, loc)| loc),
+            _ => None,
         };
-        let config = LayerConfig {
-            key: key.0,
-            trusted_proxies: key.1,
-            forwarded_header: key.2,
-            ipv6_prefix: key.3,
-            policies,
-            rules,
-            tiers,
-            cost: raw.cost.map(|c| c.0),
-            action,
-            missing_key: match raw.on_missing_key {
-                None | Some(raw::RawMissingKey::Reject) => MissingKey::Reject,
-                Some(raw::RawMissingKey::Allow) => MissingKey::Allow,
-                Some(raw::RawMissingKey::Key(k)) => MissingKey::key(k.0),
-            },
-            unconfigured: match raw.unconfigured {
-                None | Some(raw::RawUnconfigured::Defaults) => Unconfigured::Defaults,
-                Some(raw::RawUnconfigured::Deny) => Unconfigured::Deny,
-                Some(raw::RawUnconfigured::Allow) => Unconfigured::Allow,
-            },
-            key_logging: match raw.log_keys {
-                None | Some(raw::RawKeyLogging::Hashed) => KeyLogging::Hashed,
-                Some(raw::RawKeyLogging::Plain) => KeyLogging::Plain,
-                Some(raw::RawKeyLogging::Hidden) => KeyLogging::Hidden,
-            },
-            headers_on_allowed: raw.headers_on_allowed.unwrap_or(true),
-            legacy_headers: raw.legacy_headers.unwrap_or(false),
-            tier_header: raw.tier_header.map(|h| h.into_inner().0),
-            exempt_keys: raw.exempt_keys,
-            backend,
-        };
-        // Whatever the builder still refuses (a leaky bucket longer than the maximum wait),
-        // named by the policy or the action it concerns.
-        if let Err(e) = config.builder().build() {
-            let loc = match &e {
-                InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
-                    .iter()
-                    .find(|(p, _)| p.name() == policy)
-                    .map(|(_, loc)| loc),
-                _ => None,
-            };
-            return Err(match (loc, &raw.action) {
-                (Some(loc), _) => self.at(loc, e.to_string()),
-                (None, Some(a)) if matches!(e, InvalidLayer::DelayExceedsMaxWait { .. }) => {
-                    self.span_at(a, "action", e.to_string())
-                }
-                _ => ConfigFileError::new(self.file, self.text, None, String::new(), e.to_string()),
-            });
-        }
-        Ok(config)
+        Err(match (loc, action) {
+            (Some(loc), _) => self.at(loc, e.to_string()),
+            (None, Some(a)) if matches!(e, InvalidLayer::DelayExceedsMaxWait { .. }) => {
+                self.span_at(a, "action", e.to_string())
+            }
+            _ => self.whole_file(e.to_string()),
+        })
     }
 
     /// The key and the settings of its IP sources.
-    #[allow(clippy::type_complexity)]
-    fn key(
-        &self,
-        raw: &RawFile,
-    ) -> Result<
-        (
-            ConfigKey,
-            Vec<ipnet::IpNet>,
-            Option<ForwardedHeader>,
-            Option<u8>,
-        ),
-        ConfigFileError,
-    > {
+    fn key(&self, raw: &RawFile) -> Result<KeySettings, ConfigFileError> {
         let parts: Vec<KeyPart> = raw
             .key
             .as_ref()
             .map_or_else(|| vec![KeyPart::Ip], |k| k.get_ref().0.clone());
-        let has = |p: &KeyPart| parts.contains(p);
-        let trusted: Vec<ipnet::IpNet> = raw
+        self.check_ip_settings(raw, &parts)?;
+        let trusted_proxies: Vec<ipnet::IpNet> = raw
             .trusted_proxies
             .as_ref()
             .map(|t| t.get_ref().iter().map(|c| c.0).collect())
             .unwrap_or_default();
-        if let Some(t) = &raw.trusted_proxies {
-            if !has(&KeyPart::ClientIp) {
-                return Err(self.span_at(
-                    t,
-                    "trusted_proxies",
-                    "trusted_proxies applies to the client-ip key only; add \"client-ip\" to `key`",
-                ));
-            }
+        let forwarded_header = raw
+            .forwarded_header
+            .as_ref()
+            .map(|h| ForwardedHeader::from(*h.get_ref()));
+        let ipv6_prefix = raw.ipv6_prefix.as_ref().map(|p| p.get_ref().0);
+        let key = ConfigKey::new(
+            parts
+                .iter()
+                .map(|part| key_part(part, &trusted_proxies, forwarded_header, ipv6_prefix))
+                .collect(),
+        );
+        Ok(KeySettings {
+            key,
+            trusted_proxies,
+            forwarded_header,
+            ipv6_prefix,
+        })
+    }
+
+    /// The IP sources' settings are given only with a key that has those sources.
+    fn check_ip_settings(&self, raw: &RawFile, parts: &[KeyPart]) -> Result<(), ConfigFileError> {
+        let client_ip = parts.contains(&KeyPart::ClientIp);
+        if let (Some(t), false) = (&raw.trusted_proxies, client_ip) {
+            return Err(self.span_at(
+                t,
+                "trusted_proxies",
+                "trusted_proxies applies to the client-ip key only; add \"client-ip\" to `key`",
+            ));
         }
-        let header = raw.forwarded_header.as_ref().map(|h| match h.get_ref() {
-            RawForwarded::Forwarded => ForwardedHeader::Forwarded,
-            RawForwarded::XForwardedFor => ForwardedHeader::XForwardedFor,
-            RawForwarded::XRealIp => ForwardedHeader::XRealIp,
-        });
-        if let Some(h) = &raw.forwarded_header {
-            if !has(&KeyPart::ClientIp) {
-                return Err(self.span_at(
-                    h,
-                    "forwarded_header",
-                    "forwarded_header applies to the client-ip key only; add \"client-ip\" to `key`",
-                ));
-            }
+        if let (Some(h), false) = (&raw.forwarded_header, client_ip) {
+            return Err(self.span_at(
+                h,
+                "forwarded_header",
+                "forwarded_header applies to the client-ip key only; add \"client-ip\" to `key`",
+            ));
         }
-        let prefix = raw.ipv6_prefix.as_ref().map(|p| p.get_ref().0);
-        if let Some(p) = &raw.ipv6_prefix {
-            if !has(&KeyPart::Ip) && !has(&KeyPart::ClientIp) {
-                return Err(self.span_at(
-                    p,
-                    "ipv6_prefix",
-                    "ipv6_prefix applies to the ip and client-ip keys only",
-                ));
-            }
+        let any_ip = client_ip || parts.contains(&KeyPart::Ip);
+        if let (Some(p), false) = (&raw.ipv6_prefix, any_ip) {
+            return Err(self.span_at(
+                p,
+                "ipv6_prefix",
+                "ipv6_prefix applies to the ip and client-ip keys only",
+            ));
         }
-        let mut out = Vec::with_capacity(parts.len());
-        for part in &parts {
-            out.push(match part {
-                KeyPart::Ip => {
-                    let k = PeerIp::new();
-                    Part::Peer(match prefix {
-                        Some(len) => k.ipv6_prefix(len).unwrap_or(k),
-                        None => k,
-                    })
-                }
-                KeyPart::ClientIp => {
-                    let mut k = ClientIp::new().trust_all(trusted.iter().copied());
-                    if let Some(h) = header {
-                        k = k.header(h);
-                    }
-                    Part::Client(match prefix {
-                        Some(len) => k.clone().ipv6_prefix(len).unwrap_or(k),
-                        None => k,
-                    })
-                }
-                KeyPart::Header(name) => Part::Header(HeaderKey::new(name.clone()), name.clone()),
-                KeyPart::Route => Part::Route,
-                KeyPart::GrpcMethod => Part::Grpc,
-                KeyPart::Global => Part::Global,
-            });
-        }
-        Ok((ConfigKey::new(out), trusted, header, prefix))
+        Ok(())
     }
 
     /// One rule: its conditions, and its policies under the names the layer gives them.
@@ -384,52 +377,10 @@ impl Validator<'_> {
         let field = format!("rules[{i}]");
         let r = spanned.get_ref();
         let fail = |message: &str| self.span_at(spanned, &field, message);
-        if r.path.is_some() && r.path_prefix.is_some() {
-            return Err(fail("give either `path` or `path_prefix`, not both"));
+        if let Some(conflict) = rule_conflict(r) {
+            return Err(fail(conflict));
         }
-        if r.grpc_service.is_some() && r.grpc_method.is_some() {
-            return Err(fail(
-                "give either `grpc_service` or `grpc_method`, not both",
-            ));
-        }
-        if r.preflight && !r.methods.is_empty() {
-            return Err(fail(
-                "`preflight = true` matches OPTIONS requests only; drop `methods`",
-            ));
-        }
-        if r.exempt && !r.policies.is_empty() {
-            return Err(fail("an exempt rule takes no policies"));
-        }
-        if r.exempt && r.cost.is_some() {
-            return Err(fail("an exempt rule takes no cost"));
-        }
-        if !r.exempt && r.policies.is_empty() {
-            return Err(fail(
-                "the rule has no policies: give `policies = [...]`, or `exempt = true`",
-            ));
-        }
-        let mut rule = Rule::new();
-        if let Some(n) = &r.name {
-            rule = rule.name(n.clone());
-        }
-        for m in &r.methods {
-            rule = rule.method(m.0.clone());
-        }
-        if let Some(p) = &r.path {
-            rule = rule.path(p.0.clone());
-        }
-        if let Some(p) = &r.path_prefix {
-            rule = rule.path_prefix(p.0.clone());
-        }
-        if let Some(s) = &r.grpc_service {
-            rule = rule.grpc_service(s.0.clone());
-        }
-        if let Some(m) = &r.grpc_method {
-            rule = rule.grpc_method(m.0 .0.clone(), m.0 .1.clone());
-        }
-        if r.preflight {
-            rule = rule.cors_preflight();
-        }
+        let mut rule = rule_conditions(r);
         if let Some(reason) = rule.matches_nothing() {
             return Err(fail(&format!("no request can match this rule: {reason}")));
         }
@@ -504,4 +455,100 @@ impl Validator<'_> {
         };
         self.at(loc, message)
     }
+}
+
+/// The file's key and the settings of its IP sources.
+struct KeySettings {
+    key: ConfigKey,
+    trusted_proxies: Vec<ipnet::IpNet>,
+    forwarded_header: Option<ForwardedHeader>,
+    ipv6_prefix: Option<u8>,
+}
+
+/// One source of the key, with the IP sources' settings.
+fn key_part(
+    part: &KeyPart,
+    trusted: &[ipnet::IpNet],
+    header: Option<ForwardedHeader>,
+    prefix: Option<u8>,
+) -> Part {
+    match part {
+        KeyPart::Ip => {
+            let k = PeerIp::new();
+            Part::Peer(match prefix {
+                Some(len) => k.ipv6_prefix(len).unwrap_or(k),
+                None => k,
+            })
+        }
+        KeyPart::ClientIp => {
+            let mut k = ClientIp::new().trust_all(trusted.iter().copied());
+            if let Some(h) = header {
+                k = k.header(h);
+            }
+            Part::Client(match prefix {
+                Some(len) => k.clone().ipv6_prefix(len).unwrap_or(k),
+                None => k,
+            })
+        }
+        KeyPart::Header(name) => Part::Header(HeaderKey::new(name.clone()), name.clone()),
+        KeyPart::Route => Part::Route,
+        KeyPart::GrpcMethod => Part::Grpc,
+        KeyPart::Global => Part::Global,
+    }
+}
+
+/// What a rule's fields ask that cannot go together, if anything.
+fn rule_conflict(r: &raw::RawRule) -> Option<&'static str> {
+    let conflicts = [
+        (
+            r.path.is_some() && r.path_prefix.is_some(),
+            "give either `path` or `path_prefix`, not both",
+        ),
+        (
+            r.grpc_service.is_some() && r.grpc_method.is_some(),
+            "give either `grpc_service` or `grpc_method`, not both",
+        ),
+        (
+            r.preflight && !r.methods.is_empty(),
+            "`preflight = true` matches OPTIONS requests only; drop `methods`",
+        ),
+        (
+            r.exempt && !r.policies.is_empty(),
+            "an exempt rule takes no policies",
+        ),
+        (r.exempt && r.cost.is_some(), "an exempt rule takes no cost"),
+        (
+            !r.exempt && r.policies.is_empty(),
+            "the rule has no policies: give `policies = [...]`, or `exempt = true`",
+        ),
+    ];
+    conflicts.into_iter().find(|(yes, _)| *yes).map(|(_, m)| m)
+}
+
+/// The rule the conditions of `r` make: its name, methods, path, gRPC service or method,
+/// preflight.
+fn rule_conditions(r: &raw::RawRule) -> Rule {
+    let mut rule = Rule::new();
+    if let Some(n) = &r.name {
+        rule = rule.name(n.clone());
+    }
+    for m in &r.methods {
+        rule = rule.method(m.0.clone());
+    }
+    if let Some(p) = &r.path {
+        rule = rule.path(p.0.clone());
+    }
+    if let Some(p) = &r.path_prefix {
+        rule = rule.path_prefix(p.0.clone());
+    }
+    if let Some(s) = &r.grpc_service {
+        rule = rule.grpc_service(s.0.clone());
+    }
+    if let Some(m) = &r.grpc_method {
+        rule = rule.grpc_method(m.0 .0.clone(), m.0 .1.clone());
+    }
+    if r.preflight {
+        rule = rule.cors_preflight();
+    }
+    rule
 }

@@ -179,7 +179,8 @@ pub enum KeyLogging {
 
 impl KeyLogging {
     /// The stable hash of `key` shown with [`KeyLogging::Hashed`]: FNV-1a (64 bits) of its
-    /// bytes.
+    /// bytes ([`key_hash`](turnstile_core::wrap::key_hash), as the backend wrappers' own
+    /// warnings show keys).
     ///
     /// # Examples
     /// ```
@@ -187,9 +188,7 @@ impl KeyLogging {
     /// assert_eq!(format!("{:016x}", KeyLogging::hash("192.0.2.1")), KeyLogging::Hashed.display("192.0.2.1").to_string());
     /// ```
     pub fn hash(key: &str) -> u64 {
-        key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        turnstile_core::wrap::key_hash(key)
     }
 
     /// `key` as this setting shows it: hashed, plain or hidden. Formats without allocating.

@@ -1,5 +1,6 @@
-//! What every service of one layer shares: the backend, the key extractor, the settings and
-//! the counters.
+//! [`Limiter`]: what every service of one layer and their response futures share at run
+//! time — the backend, the key extractor, the settings and the counters. (A configuration
+//! file is the `config` module's; this is what a layer is made of once built.)
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,8 +18,8 @@ use crate::response::{Denial, DenialFn};
 use crate::rule::{CompiledRule, CostFn};
 use crate::tier::{Chosen, TierFn};
 
-/// Everything a service and its futures need.
-pub(crate) struct Config<B, K> {
+/// The rate limiter a built layer runs: everything a service and its futures need.
+pub(crate) struct Limiter<B, K> {
     /// The backend, behind the local fallback the failure policy asks for.
     pub(crate) backend: Fallback<B>,
     pub(crate) key: K,
@@ -27,8 +28,8 @@ pub(crate) struct Config<B, K> {
     pub(crate) stats: Arc<Stats>,
 }
 
-/// A reloadable layer's configuration in force, swapped whole.
-pub(crate) type Live<B, K> = Arc<arc_swap::ArcSwap<Config<B, K>>>;
+/// A reloadable layer's limiter in force, swapped whole when the file is reloaded.
+pub(crate) type LiveLimiter<B, K> = Arc<arc_swap::ArcSwap<Limiter<B, K>>>;
 
 /// The layer's configuration apart from backend and key.
 #[derive(Clone)]
@@ -80,7 +81,23 @@ impl Settings {
     }
 }
 
-impl<B, K> Config<B, K> {
+impl<B, K> Limiter<B, K> {
+    /// A limiter of `backend`, `key` and `settings` that shares this one's counters and
+    /// incident state (a layer derived from this one, or a reloaded configuration).
+    pub(crate) fn sharing_stats<B2, K2>(
+        &self,
+        backend: Fallback<B2>,
+        key: K2,
+        settings: Arc<Settings>,
+    ) -> Limiter<B2, K2> {
+        Limiter {
+            backend,
+            key,
+            settings,
+            stats: Arc::clone(&self.stats),
+        }
+    }
+
     /// The ticket of a check sent now (see [`IncidentLog`]).
     pub(crate) fn ticket(&self) -> Ticket {
         self.stats.incidents.ticket()

@@ -1,0 +1,8 @@
+//! The Rust snippets of the pages below, compiled as this crate's doctests (and run, unless
+//! marked `no_run`) with exactly the dependencies those pages show:
+//! `cargo test -p turnstile-snippets-responses --doc`.
+
+/// `docs/responses.md`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/responses.md")]
+pub struct Responses;
