@@ -69,6 +69,7 @@ end
 local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept, now)
   for i = 1, #policies do
     local p = policies[i]
+    -- (This query is what p's refund below starts from: see methods.lua.)
     local ok, reset = p.a.decide(p, p.st, p.now, 0, SCRATCH, 0)
     if ok == nil then return reset end
     -- Unchanged unless refunded below: kept as it is while in use.

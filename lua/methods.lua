@@ -12,8 +12,9 @@
 -- arithmetic's nil: every state read is decided before anything is written);
 -- admitted(p, st, now, c) the state after an admission of c > 0 that decide just allowed
 -- (in place: st, in p's terms and read by this call only, is not used again); refund(p, st,
--- now, c) the state with c units given back, or nil when there is nothing to give back;
--- encode(params, st) the stored text.
+-- now, c) the state with c units given back, or nil when there is nothing to give back,
+-- once decide has queried st at now (general.lua's refund_all: p.v1, p.v2 are st's numbers
+-- at now); encode(params, st) the stored text.
 
 -- The methods of an algorithm decided by arith, whose state holds after updated the
 -- numbers named f1 and f2 (f2 nil: f1 only), fresh and refunded by fresh and refund.
@@ -46,12 +47,11 @@ local function methods_of(arith, f1, f2, fresh, refund)
 end
 
 -- Buckets (token bucket, GCRA, leaky bucket): updated, debt (<= B * P). Refunded from the
--- debt at now.
+-- debt at now (p.v1).
 local function bucket_fresh() return {updated = 0, debt = 0} end
 
 local function bucket_refund(p, st, now, c)
-  local _, _, D = bucket_decide(p, st.updated, st.debt, 0, now, 0, SCRATCH, 0)
-  D = D - min(c, p.B) * p.P
+  local D = p.v1 - min(c, p.B) * p.P
   if D < 0 then D = 0 end
   return {updated = now, debt = D}
 end
@@ -69,13 +69,14 @@ local function fixed_refund(p, st, now, c)
 end
 
 -- Sliding window: updated, cur and prev (<= L); w -2 fresh. Refunded from the current
--- window's count first, then the previous one's, while either is now's or the one before.
+-- window's count first, then the previous one's (both seen from now's window: p.v1, p.v2),
+-- while either is now's or the one before.
 local function sliding_fresh() return {updated = 0, w = -2, cur = 0, prev = 0} end
 
 local function sliding_refund(p, st, now, c)
   local w = divmod(now, p.P)
   if st.w ~= w and st.w + 1 ~= w then return nil end
-  local _, _, n, m = sliding_decide(p, st.updated, st.cur, st.prev, now, 0, SCRATCH, 0)
+  local n, m = p.v1, p.v2
   local take = min(c, n)
   m = m - (c - take)
   if m < 0 then m = 0 end
