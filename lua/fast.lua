@@ -4,26 +4,27 @@
 -- policies, in the set's order, each under its own parameters — or of a key with no state
 -- string and no configuration hash (one EXISTS: a fresh key). It decides from locals: one
 -- GET, one anchored match of the whole string against the set's pattern (the header, then
--- per policy its parameter text, exactly its algorithm's count of numbers — digits only, so
--- s + 0 reads them in decimal, as nat — and its name), each algorithm's arithmetic (the
--- one every path calls: bucket.lua, fixed_window.lua, sliding_window.lua, sliding_log.lua)
--- writing straight into the reply, and, when every policy admits a cost above 0, one PSETEX of the
--- whole string with the largest of the policies' TTLs. It creates no table but the reply
--- (and, for several policies, the match's captures). A sliding log is decided here only
--- when it admits with nothing to prune (fast_log): its list's oldest entry read (and its
--- newest when the state was updated at now), then one entry written and the list given the
--- string's TTL.
+-- per policy its parameter text, exactly its algorithm's count of numbers, digits only, and
+-- its name), each algorithm's arithmetic (the one every path calls: bucket.lua,
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua) writing straight into the reply,
+-- and, when every policy admits a cost above 0, one PSETEX of the whole string with the
+-- largest of the policies' TTLs. It creates no table (the reply is the set's, filled in
+-- place) but, for several policies, the match's captures. A sliding log is decided here
+-- only when it admits with nothing to prune (fast_log): its list's oldest entry read (and
+-- its newest when the state was updated at the decision's time), then one entry written and
+-- the list given the string's TTL.
 --
 -- Anything else — a header 'c' (the key has or had a configuration), a state under other
 -- parameters (carried over), other policies, a string that is not a state, another type at
--- the key, a sliding log's query, denial or expired entry — makes fast_check return nil
--- before anything is written, and check takes its general path, which reads the state
--- again and decides (or reports the invalid state) exactly as before. Every decision here
--- is the general path's: the same functions decide (only how the state is found, parsed and
--- written is the fast path's own), on every state the scripts leave. (On a sliding log whose newest entry is garbage and its oldest
--- not, the general path reports it at once; fast_log, which need not read the newest,
--- appends after it, and the general path reports it when it reads it: a query, a denial,
--- once the entries before it expire.)
+-- the key, numbers no request leaves, a sliding log's query, denial or expired entry —
+-- makes fast_check return nil before anything is written, and check takes its general
+-- path, which reads the state again and decides (or reports the invalid state). Every
+-- decision here is the general path's: the same functions decide, on every state the
+-- scripts leave; only how the state is found, parsed and written is the fast path's own.
+-- (On a sliding log whose newest entry is garbage and its oldest not, the general path
+-- reports it at once; fast_log, which need not read the newest, appends after it, and the
+-- general path reports it when it reads it: a query, a denial, once the entries before it
+-- expire.)
 
 -- A set's policy made ready for the fast path (from spec_of): the anchored pattern of its
 -- stored state (its parameter text, then exactly its algorithm's count of numbers), the
@@ -219,7 +220,11 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
       all = false
     elseif cost > 0 then
       -- its line after the admission (a set of one's: the whole string, with the header)
-      if count == 1 then value = format(p.fmt0, t, v1, v2) else p.value = format(p.fmt, t, v1, v2) end
+      if count == 1 then
+        value = format(p.fmt0, t, v1, v2)
+      else
+        p.value = format(p.fmt, t, v1, v2)
+      end
     end
     if count > 1 then p.ok, p.o, p.u, p.na, p.nb, p.t = ok, o, u, n2, n3, t end
   end

@@ -147,7 +147,9 @@ local function applying(ARGV, cfg, mode, base)
   local set, bad_at, applied, tier = nil, nil, 0, nil
   if cfg[2] then
     set, bad_at = find_set(ARGV, cfg[2])
-    if set == nil then return false, redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
+    if set == nil then
+      return false, redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at)
+    end
     if set then applied, tier = 2, cfg[2] end
   end
   if not set then

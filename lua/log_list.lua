@@ -47,7 +47,9 @@ local function log_expired(p, st, now)
     local chunk, e = log_range(p, i)
     if e then return nil, nil, nil, e end
     -- The log's entries add up to total: no log, no total.
-    if i == 0 and #chunk == 0 and st.total > 0 then return nil, nil, nil, bad(p.logkey, 'no log') end
+    if i == 0 and #chunk == 0 and st.total > 0 then
+      return nil, nil, nil, bad(p.logkey, 'no log')
+    end
     if #chunk == 0 then return n, cost, nil end
     for j = 1, #chunk do
       local t, c, e2 = log_entry(p, st, chunk[j])

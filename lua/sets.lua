@@ -3,10 +3,10 @@
 -- ready for both paths (keyed, and fast.lua's fast_spec); and the keys derived from the
 -- state string's.
 --
--- Composed after prelude.lua and fast.lua, before the general path (inside general_path:
--- reading.lua, the per-algorithm pieces, states.lua and general.lua) and check.lua: what the
--- common case needs is defined here, at the top level, and what only the general path needs
--- there.
+-- Composed after prelude.lua, the algorithms' arithmetic, outcome.lua and fast.lua, before
+-- the general path (inside general_path: reading.lua, the algorithms' methods, states.lua
+-- and general.lua) and check.lua: what the common case needs is defined here, at the top
+-- level, and what only the general path needs there.
 
 -- Every piece below is a top-level function taking what it needs as arguments: a call creates
 -- no closure.

@@ -497,6 +497,14 @@ mod tests {
                     .unwrap()
             })
             .collect();
+        // Each policy spelled with its algorithm's wire id, in a set and in an override.
+        let (mut set, mut lines) = (String::from("gold"), Vec::new());
+        for a in Algorithm::ALL {
+            set.push_str(&format!("\n{}.5.1000.5 {a}", a.wire_id()));
+            lines.push(format!("{} 5 1000 5 {a}", a.wire_id()));
+        }
+        assert_eq!(crate::wire::args::policy_set("gold", &policies), set);
+        assert_eq!(encode_override(&policies), lines.join("\n"));
         let reply = [
             Value::BulkString(encode_override(&policies).into_bytes()),
             Value::BulkString(Vec::new()),
