@@ -93,30 +93,6 @@ local function fast_log(p, updated, total, _, now, c, out, o)
   return true, p.P, total + c
 end
 
--- Makes what fast_check keeps on a policy set (from set_of), whose compact reply takes o
--- values (the head, then each policy's) and whose state string k - 1 captures: the reply
--- itself, made once per set and filled by every call (fast_check writes every value before
--- it returns it; Redis reads a reply when the call returns, before any other call runs: no
--- table made per call), and for several policies a fresh key's captures (zeros, none).
-local function fast_reply(set, o, k)
-  if o == 4 then
-    set.reply = {0, 0, 0, 0}
-  elseif o == 5 then
-    set.reply = {0, 0, 0, 0, 0}
-  elseif o == 6 then
-    set.reply = {0, 0, 0, 0, 0, 0}
-  else
-    local reply = {}
-    for i = 1, o do reply[i] = 0 end
-    set.reply = reply
-  end
-  if #set > 1 then
-    local none = {}
-    for i = 1, k do none[i] = 0 end
-    set.none = none
-  end
-end
-
 -- Where a state string's key ends before its format suffix (sub(key, 1, BASE_END) is the
 -- key's base).
 local BASE_END = -#FORMAT_SUFFIX - 1
@@ -152,12 +128,6 @@ end
 -- reset_after in ms and the numbers to store after updated when it admits c > 0; or nil
 -- (numbers no request leaves, a sliding log fast_log leaves: the general path decides).
 FAST = {bucket_decide, bucket_decide, bucket_decide, fixed_decide, fast_log, sliding_decide}
-
--- The all-or-nothing rule's query of policy p (outcome.lua), on the numbers fast_check
--- decided it on.
-local function fast_requery(p, out)
-  p.fast(p, p.u, p.na, p.nb, p.t, 0, out, p.o)
-end
 
 -- The state string of set's policies (two or more) once all admitted (each line made by
 -- fast_check: p.value), made at once (for two or three policies one CONCAT of every piece).
@@ -234,7 +204,7 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
     -- A sliding log's answer as if nothing were consumed needs its reset (the general
     -- path's).
     if set.log then return nil end
-    as_if_nothing_consumed(set, count, out, fast_requery)
+    as_if_nothing_consumed(set, count, out, true)
     return out
   end
   if count > 1 then value = fast_value(set, count) end

@@ -212,13 +212,6 @@ local function read_applying(key, base, states, policies, now, min_ttl)
   return kept
 end
 
--- The all-or-nothing rule's query of policy p (outcome.lua) on the general path.
-local function requery(p, out)
-  local ok, err = p.a.decide(p, p.st, p.now, 0, out, p.o)
-  if ok == nil then return err end
-  return nil
-end
-
 -- Decides every policy for cost c (0: a query) into out; when all admit c > 0 stores their
 -- states (with the other policies' lines kept), else applies the all-or-nothing rule.
 -- Returns an error, or nil.
@@ -232,7 +225,7 @@ local function decide_all(key, head, policies, kept, c, out, min_ttl)
     p.ok, p.ttl = ok, ttl
   end
   if c == 0 then return nil end
-  if not all then return as_if_nothing_consumed(policies, count, out, requery) end
+  if not all then return as_if_nothing_consumed(policies, count, out, false) end
   for i = 1, count do
     local p = policies[i]
     local st = p.a.admitted(p, p.st, p.now, c)

@@ -84,7 +84,18 @@ local function set_of(text)
   local pat = '^0'
   for i = 1, #set do pat = pat .. set[i].pat end
   set.pat, set.fast = pat .. '$', k <= 33
-  fast_reply(set, o, k)
+  -- fast_check's compact reply (o values: the head, then each policy's), made once per set
+  -- and filled by every call (fast_check writes every value before it returns it; Redis
+  -- reads a reply when the call returns, before any other call runs: no table made per
+  -- call), and for several policies a fresh key's captures (none: zeros).
+  local reply = {}
+  for i = 1, o do reply[i] = 0 end
+  set.reply = reply
+  if #set > 1 then
+    local none = {}
+    for i = 1, k do none[i] = 0 end
+    set.none = none
+  end
   -- defaults: the fast path may decide this set when it is the defaults'.
   set.defaults = set.fast and tier == ''
   set.count = #set
