@@ -93,14 +93,14 @@ local function fast_log(p, updated, total, _, now, c, out, o)
   return true, p.P, total + c
 end
 
--- Where a state string's key ends before its format suffix (sub(key, 1, BASE_END) is the
--- key's base).
+-- Where a state string's key ends before its format suffix (string.sub(key, 1, BASE_END) is
+-- the key's base).
 local BASE_END = -#FORMAT_SUFFIX - 1
 
 -- The list of each of a set's sliding logs (logs, set.log) for the state string at key: the
 -- key's base, then the policy's suffix.
 local function fast_logkeys(logs, key)
-  local base = sub(key, 1, BASE_END)
+  local base = string.sub(key, 1, BASE_END)
   for i = 1, #logs do
     local p = logs[i]
     p.logkey = base .. p.logsuffix

@@ -83,7 +83,10 @@ local function sliding_refund(p, st, now, c)
   return {updated = now, w = w, cur = n - take, prev = m}
 end
 
-local BUCKET = methods_of(bucket_decide, 'debt', nil, bucket_fresh, bucket_refund)
+-- The arithmetic reached through fast.lua's FAST (bucket_decide, fixed_decide,
+-- sliding_decide): one upvalue of general_path rather than three, which an EVALSHA call
+-- pays for at every call (see check.lua).
+local BUCKET = methods_of(FAST[1], 'debt', nil, bucket_fresh, bucket_refund)
 METHODS[1], METHODS[2], METHODS[3] = BUCKET, BUCKET, BUCKET
-METHODS[4] = methods_of(fixed_decide, 'n', nil, fixed_fresh, fixed_refund)
-METHODS[6] = methods_of(sliding_decide, 'cur', 'prev', sliding_fresh, sliding_refund)
+METHODS[4] = methods_of(FAST[4], 'n', nil, fixed_fresh, fixed_refund)
+METHODS[6] = methods_of(FAST[6], 'cur', 'prev', sliding_fresh, sliding_refund)

@@ -24,9 +24,9 @@
 -- The string functions the hot paths use, as upvalues: bound by bind() at the start of
 -- every call (check and config call it first), since loading a Function library may read no
 -- global at all (not even string).
-local find, match, format, sub
+local find, match, format
 local function bind()
-  find, match, format, sub = string.find, string.match, string.format, string.sub
+  find, match, format = string.find, string.match, string.format
 end
 
 -- Exact integer division of a >= 0 by b > 0: quotient and remainder (see above).
