@@ -87,8 +87,7 @@ local function log_fresh() return {updated = 0, total = 0, fresh = true} end
 local function log_parse(q, updated, total) return {updated = updated, total = total} end
 
 -- Writes retry (-1: never), remaining and reset, in whole ms; nil and an error when the log
--- cannot be read. Admission is sliding_log.lua's log_admits (p.a.admits), on the live
--- entries' cost.
+-- cannot be read. Admission is sliding_log.lua's log_admits, on the live entries' cost.
 local function log_decide(p, st, now, c, out, o)
   local L, P = p.L, p.P
   local expired_n, expired_cost, live_from, err = 0, 0, nil, nil
@@ -106,7 +105,7 @@ local function log_decide(p, st, now, c, out, o)
   -- The newest entry, for admitted (which follows this decide, the log unchanged but for
   -- its expired prefix: the newest stays, or there is none).
   p.newest, p.newest_cost = newest, newest_cost
-  if p.a.admits(p, used, c, out, o) then
+  if log_admits(p, used, c, out, o) then
     p.prune, p.total = expired_n, used + c
     return true, P
   end

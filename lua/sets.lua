@@ -88,8 +88,15 @@ local function set_of(text)
   -- and filled by every call (fast_check writes every value before it returns it; Redis
   -- reads a reply when the call returns, before any other call runs: no table made per
   -- call), and for several policies a fresh key's captures (none: zeros).
-  local reply = {}
-  for i = 1, o do reply[i] = 0 end
+  local reply
+  if o == 4 then
+    reply = {0, 0, 0, 0}
+  elseif o == 6 then
+    reply = {0, 0, 0, 0, 0, 0}
+  else
+    reply = {}
+    for i = 1, o do reply[i] = 0 end
+  end
   set.reply = reply
   if #set > 1 then
     local none = {}

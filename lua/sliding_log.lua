@@ -23,6 +23,3 @@ local function log_admits(p, used, c, out, o)
   out[o + 1], out[o + 2], out[o + 3] = 0, L - used - c, p.P
   return true
 end
--- The general path reaches it as ALG[5].admits (p.a.admits): no upvalue of general_path,
--- which an EVALSHA call pays for at every call.
-ALG[5].admits = log_admits
