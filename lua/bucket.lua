@@ -1,33 +1,39 @@
--- turnstile: token bucket (id 1) and leaky bucket (id 3).
+-- turnstile: token bucket (id 1) and leaky bucket (id 3), and GCRA (id 2, gcra.lua), which
+-- keeps the same state: the buckets' arithmetic, written once. Composed at the top level
+-- (after prelude.lua, before fast.lua), so every path reaches it: the fast path (fast.lua
+-- calls bucket_decide on the numbers it matched), and the general path (methods.lua's
+-- methods, states.lua's carry-over, refunds and queries all start from it).
 --
 -- State at KEY: "alg.L.P.B|updated_ms|debt", debt D = (B - x) * P for x tokens held
 -- (token bucket) or D = y * P for y units queued (leaky bucket): an integer in units of
--- 1/L ms, relative to updated_ms. A refill over d ms subtracts d * L, capped so the product
--- stays below D. Admit iff D <= (B - c) * P, then D += c * P.
+-- 1/L ms, relative to updated_ms, at most B * P. A refill over d ms subtracts d * L, down to
+-- 0. Admit iff D <= (B - c) * P, then D += c * P.
 
--- The debt of a bucket state (token, leaky or GCRA, under parameters q) at now, which is
--- not before the state's last update: at most B * P, and no intermediate above it.
-local function debt_now(q, st, now)
-  local D = st.debt
-  if now - st.updated >= ceildiv(D, q.L) then return 0 end
-  return min(D - (now - st.updated) * q.L, q.B * q.P)
-end
-
--- Shared by the buckets and GCRA: the decision on a debt D (already refilled to now),
--- written at out[o + 1 ..]: retry (-1: never), remaining, reset, and for the leaky bucket
--- delay, each duration as its numerator over L (D / L ms and the like: exact, at most
--- B * P). Returns whether it admits and reset_after in whole ms rounded up; p.after is the
--- debt to store when it admits c > 0.
-local function debt_decide(p, D, c, leaky, out, o)
+-- The decision of bucket policy p (token bucket, GCRA or leaky bucket: p.alg, p.L, p.P,
+-- p.B) at now for cost c on the state (updated, debt) (updated <= now; debt a number, or its
+-- digits as stored; the fourth argument, a window state's second count, is unused), written
+-- at out[o + 1 ..]: retry (-1: never), remaining, reset, and for the leaky bucket delay,
+-- each duration as its numerator over L (D / L ms and the like: exact, at most B * P).
+-- Returns whether it admits, reset_after in whole ms rounded up, and the debt after: the
+-- one to store when it admits c > 0, else the debt at now (a query's: what a refund and a
+-- carry-over start from). Returns nil when the state is none a request leaves (a debt above
+-- B * P): every path reports it as invalid state, or leaves it to the general path.
+local function bucket_decide(p, updated, debt, _, now, c, out, o)
   local L, P, B = p.L, p.P, p.B
+  debt = debt + 0
+  if debt > B * P then return nil end
+  -- Refilled: 0 once (now - updated) * L >= debt (a product past 2^53 rounds to a double
+  -- at least debt, rounding being monotonic: the comparison is exact), else the difference,
+  -- below 2^53 and exact.
+  local D, refill = 0, (now - updated) * L
+  if refill < debt then D = debt - refill end
   local retry, after, delay = -1, D, 0
   if c == 0 then
     retry, delay = 0, D
   elseif c <= B then
     local room = (B - c) * P
     if D <= room then
-      after = D + c * P
-      retry, delay, p.after = 0, D, after
+      after, retry, delay = D + c * P, 0, D
     else
       retry = D - room
     end
@@ -36,42 +42,8 @@ local function debt_decide(p, D, c, leaky, out, o)
   local used = (after - r) / P
   if r > 0 then used = used + 1 end
   out[o + 1], out[o + 2], out[o + 3] = retry, B - used, after
-  if leaky then out[o + 4] = delay end
+  if p.alg == 3 then out[o + 4] = delay end
   r = after % L
-  if r > 0 then return retry == 0, (after - r) / L + 1 end
-  return retry == 0, after / L
+  if r > 0 then return retry == 0, (after - r) / L + 1, after end
+  return retry == 0, after / L, after
 end
-
--- A bucket state (token, leaky or GCRA) holding debt D at now. The GCRA's TAT is kept
--- relative to the update (updated + D / L ms), never as an absolute time: that would pass
--- 2^53 when now is near it.
-local function debt_state(D, now)
-  return {updated = now, debt = D}
-end
-
-local function bucket(leaky)
-  return {
-    fresh = function() return {updated = 0, debt = 0} end,
-    parse = function(q, updated, debt)
-      if debt > q.B * q.P then return nil end
-      return {updated = updated, debt = debt}
-    end,
-    decide = function(p, st, now, c, out, o)
-      return debt_decide(p, debt_now(p, st, now), c, leaky, out, o)
-    end,
-    -- In place: st (in p's terms, read by this call only) is not used again.
-    admitted = function(p, st, now)
-      st.updated, st.debt = now, p.after
-      return st
-    end,
-    refund = function(p, st, now, c)
-      local D = debt_now(p, st, now) - min(c, p.B) * p.P
-      if D < 0 then D = 0 end
-      return debt_state(D, now)
-    end,
-    encode = function(params, st) return format('%s|%d|%d', params, st.updated, st.debt) end,
-  }
-end
-
-MAKE[1] = function() return bucket(false) end
-MAKE[3] = function() return bucket(true) end

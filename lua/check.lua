@@ -1,11 +1,13 @@
 -- turnstile: one atomic call for one client key: check a request against the key's
 -- policies, or give quota back (refund), or forget its state (reset).
 --
--- Composed after prelude.lua, fast.lua (the path of the common case: a check under the
--- defaults of a key without configuration), sets.lua (the arguments parsed) and
--- general_path (reading.lua, the per-algorithm pieces bucket.lua, gcra.lua,
--- fixed_window.lua, sliding_window.lua and sliding_log.lua, states.lua and general.lua: the
--- general path, built only when a call needs it). It defines check(KEYS, ARGV), which the
+-- Composed after prelude.lua, the algorithms' arithmetic (bucket.lua, gcra.lua,
+-- fixed_window.lua, sliding_window.lua, sliding_log.lua: each family's written once, which
+-- every path calls), outcome.lua (the all-or-nothing rule), fast.lua (the path of
+-- the common case: a check under the defaults of a key without configuration), sets.lua
+-- (the arguments parsed) and general_path (reading.lua, the algorithms' methods in
+-- methods.lua and log_list.lua, states.lua and general.lua: the general path, built only
+-- when a call needs it). It defines check(KEYS, ARGV), which the
 -- Rust side composes into both the Redis Function library (registered there and called with
 -- FCALL: every definition above, the general path's included, runs once, at FUNCTION LOAD;
 -- an algorithm's methods when a call first uses it) and the EVALSHA script (the definitions,
@@ -13,14 +15,14 @@
 -- general path's only when it takes it). Everything is local: a Function library may create
 -- or read no global at run time.
 --
--- KEYS[1] the client's state string, <prefix>:{<tag>}:f3 ('f3' the stored format's version,
+-- KEYS[1] the client's state string, <prefix>:{<tag>}:f4 ('f4' the stored format's version,
 --         STATE_FORMAT in prelude.lua): every policy's state of the client key in one
 --         string, after a header saying whether the key had a configuration when it was
 --         written (see states.lua). Every other key this call touches is derived from it,
 --         all in its Cluster slot (the same hash tag): the configuration hash <prefix>:{<tag>}
 --         ~cfg (o = its override, lines "alg L P B name"; t = its tier; v = its version), read
 --         only when the state string does not say there is none (a fresh key: one EXISTS),
---         and a sliding log's list <prefix>:{<tag>}~log:f3:<policy name>.
+--         and a sliding log's list <prefix>:{<tag>}~log:f4:<policy name>.
 -- ARGV[1] "<op> <unconfigured> <least TTL> <cost>[ <time>]": op 'check', 'refund' or
 --         'reset'; for a key without configuration 'defaults', 'deny' or 'allow'; the least
 --         TTL in ms of a written key (0; 600000 with explicit simulation time); the cost
@@ -29,7 +31,8 @@
 --         case's text is the same on every call, so a Function library parses it once.
 -- ARGV[2] and on: one argument per policy set, the defaults first, then the tiers: its tier
 --         name ('' for the defaults), then per policy a line "\n<alg.L.P.B> <name>": its
---         parameters (algorithm id: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window,
+--         parameters (algorithm id, ALG in prelude.lua and turnstile_core's
+--         Algorithm::wire_id: 1 token bucket, 2 gcra, 3 leaky bucket, 4 fixed window,
 --         5 sliding log, 6 sliding window; limit L; period P in ms; capacity: burst B for
 --         buckets, L for windows), the very text its stored state begins with, and its name
 --         (names and tiers hold no line break). The caller encodes a set once; a Function
@@ -50,7 +53,8 @@
 --
 -- check is all-or-nothing: every policy is evaluated first; only if all admit (and cost >
 -- 0) is any state written. When the request is denied, the policies that would have
--- admitted report their fields as if nothing were consumed.
+-- admitted report their fields as if nothing were consumed (outcome.lua's
+-- as_if_nothing_consumed, on both paths).
 --
 -- Errors (error replies change nothing): TURNSTILE_ARGS for malformed arguments;
 -- TURNSTILE_INVALID_STATE when the configuration cannot be read (every operation: which
@@ -80,7 +84,7 @@ local TIME_S, TIME_MS = nil, 0
 
 -- The general path (general.lua's general), once general_path has built it: by the first
 -- call that needs it (with EVALSHA, a call that needs it), or by the Function library at
--- load (script.rs).
+-- load (wire/compose.rs).
 local GENERAL = nil
 
 local function check(KEYS, ARGV)

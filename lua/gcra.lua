@@ -5,8 +5,7 @@
 -- time TAT = updated_ms + debt / L ms, kept exactly and relative to the last update, so no
 -- stored number passes 2^53 when times approach it (an absolute TAT can reach 2^53 - 1 +
 -- B * T, and TAT * L leaves the exact range of doubles). The debt (TAT - now) * L at now is
--- at most B * P (see debt_now in bucket.lua). A request of cost c conforms iff TAT - (B - c)
--- * T <= now; the TAT then moves to max(TAT, now) + c * T. Decisions, admissions, refunds
--- and the stored state are the token bucket's, on that debt.
-
-MAKE[2] = function() return bucket(false) end
+-- at most B * P. A request of cost c conforms iff TAT - (B - c) * T <= now; the TAT then
+-- moves to max(TAT, now) + c * T. Decisions, admissions, refunds and the stored state are
+-- the token bucket's, on that debt: every path calls bucket.lua's bucket_decide for it (see
+-- FAST in fast.lua and METHODS in methods.lua), and nothing here is GCRA's own.

@@ -3,14 +3,14 @@
 -- behaviour), a state under other parameters (carried over), another set, a state that
 -- cannot be read (reported), or anything fast_check leaves (its nil).
 --
--- Composed inside general_path() (script.rs writes its first and last lines), after the
--- per-algorithm pieces (which define MAKE[id], the makers of the algorithms' methods: see
--- ALG in prelude.lua) and states.lua. general_path returns general. Its definitions run
+-- Composed inside general_path() (wire/compose.rs writes its first and last lines), after
+-- reading.lua, the algorithms' methods (methods.lua, log_list.lua: METHODS[id], see ALG in
+-- prelude.lua) and states.lua. general_path returns general. Its definitions run
 -- only when general_path runs (Lua creates a function's inner closures and tables when the
 -- function runs, not when it is defined): check builds it the first time a call needs it.
 -- With EVALSHA, where every call runs the whole script again, a call the fast path decides
 -- then creates none of them; the Function library builds it once, at FUNCTION LOAD (see
--- script.rs), and keeps it.
+-- wire/compose.rs), and keeps it.
 --
 -- Every piece below is a function of general_path taking what it needs as arguments: a
 -- call of general creates no closure.
@@ -67,10 +67,10 @@ end
 -- (its time with it) until the clock passes that time. Sets each policy's line and TTL for
 -- write_states. Returns an error, or nil.
 local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept, now)
-  local scratch = {}
   for i = 1, #policies do
     local p = policies[i]
-    local ok, reset = p.a.decide(p, p.st, p.now, 0, scratch, 0)
+    -- (This query is what p's refund below starts from: see methods.lua.)
+    local ok, reset = p.a.decide(p, p.st, p.now, 0, SCRATCH, 0)
     if ok == nil then return reset end
     -- Unchanged unless refunded below: kept as it is while in use.
     p.line, p.ttl = nil, ttl_of(min_ttl, reset)
@@ -84,7 +84,7 @@ local function refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states
     if cost > 0 then st = a.refund(p, p.st, p.now, cost) end
     if not st and p.carried then st = p.st end
     if st then
-      local ok, reset = a.decide(p, st, p.now, 0, scratch, 0)
+      local ok, reset = a.decide(p, st, p.now, 0, SCRATCH, 0)
       if ok == nil then return reset end
       if reset > 0 then
         p.line, p.ttl, p.st = '\n' .. a.encode(p.params, st) .. '\t' .. p.name,
@@ -108,77 +108,63 @@ end
 -- The configuration of a key whose state string says it has none.
 local NO_CONFIG = {}
 
--- The general path of a call of check (its reply or error reply, as check.lua's header gives
--- them), once check has read its flags (flags_of's answer), the state string's key (KEYS[1])
--- and the time now (ms); ARGV is check's (the policy sets).
-local function general(ARGV, key, flags, now)
-  local op, mode, min_ttl, cost = flags[1], flags[2], flags[3], flags.cost
-
-  local base = match(key, BASE_OF)
-  if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
-  local cfgkey = base .. '~cfg'
-  -- A check reads the state string first: one written without configuration (header '0')
-  -- says there is none, as it does for the fast path (every change of the configuration
-  -- marks it). A refund or a reset always reads the configuration (it changes it).
+-- The key's configuration (HMGET's o, t, v) for op, and for a check the state string it
+-- read first (read_states' answer and error); or nil and the error reply. A check reads the
+-- state string first: one written without configuration (header '0') says there is none,
+-- as it does for the fast path (every change of the configuration marks it). A refund or a
+-- reset always reads the configuration (it changes it). One that cannot be read decides
+-- nothing, not even a reset (which policies apply is unknown): Quotas::clear_config
+-- (`turnstile quota rm`) removes it.
+local function configuration(op, key, cfgkey)
   local states, serr, cfg
   if op == 'check' then
     states, serr = read_states(key)
-    if states and states.head == '0' then cfg = NO_CONFIG end
+    if states and states.head == '0' then return NO_CONFIG, states, serr end
   end
-  -- The key's configuration. One that cannot be read decides nothing, not even a reset
-  -- (which policies apply is unknown): Quotas::clear_config (`turnstile quota rm`) removes
-  -- it.
   local problem
-  if not cfg then
-    cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
-    if cfg.err then
-      problem = 'not a hash (' .. cfg.err .. ')'
-    elseif cfg[1] or cfg[2] or cfg[3] then
-      problem = config_problem(cfg)
-    end
+  cfg = redis.pcall('HMGET', cfgkey, 'o', 't', 'v')
+  if cfg.err then
+    problem = 'not a hash (' .. cfg.err .. ')'
+  elseif cfg[1] or cfg[2] or cfg[3] then
+    problem = config_problem(cfg)
   end
   if problem then
-    return redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. cfgkey
+    return nil, redis.error_reply('TURNSTILE_INVALID_STATE invalid configuration at ' .. cfgkey
       .. ': ' .. problem .. '; clearing the configuration (turnstile quota rm) removes it')
   end
-  local version, head = 0, '0'
-  if cfg[3] then version = cfg[3] + 0 end
-  if cfg[1] or cfg[2] or cfg[3] then head = 'c' end
+  return cfg, states, serr
+end
 
-  -- Which policies apply: the override, else the tier, else the unconfigured behaviour.
-  local policies, applied, tier = nil, 0, nil
+-- Which policies apply under cfg: the override, else the tier's set, else the unconfigured
+-- behaviour (mode). Returns the policies (nil: none apply), applied (see check.lua's header)
+-- and the tier's name; or false and the error reply.
+local function applying(ARGV, cfg, mode, base)
   if cfg[1] then
-    policies, applied = parse_override(cfg[1]), 1
+    local policies = parse_override(cfg[1])
     for _, p in ipairs(policies) do keyed(base, p) end
-  else
-    local set, bad_at
-    if cfg[2] then
-      set, bad_at = find_set(ARGV, cfg[2])
-      if set == nil then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
-      if set then applied, tier = 2, cfg[2] end
-    end
-    if not set then
-      if mode == 'deny' then
-        applied = 3
-      elseif mode == 'allow' then
-        applied = 4
-      else
-        set, bad_at = find_set(ARGV, nil)
-        if not set then return redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
-      end
-    end
-    if set then policies = with_keys(set, base) end
+    return policies, 1, nil
   end
+  local set, bad_at, applied, tier = nil, nil, 0, nil
+  if cfg[2] then
+    set, bad_at = find_set(ARGV, cfg[2])
+    if set == nil then
+      return false, redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at)
+    end
+    if set then applied, tier = 2, cfg[2] end
+  end
+  if not set then
+    if mode == 'deny' then return nil, 3, nil end
+    if mode == 'allow' then return nil, 4, nil end
+    set, bad_at = find_set(ARGV, nil)
+    if not set then return false, redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
+  end
+  return with_keys(set, base), applied, tier
+end
 
-  local out, o = {now, version, applied}, 3
-  if tier then out[4], o = tier, 4 end
-  if not policies then
-    if op ~= 'check' then bump(cfgkey, cfg, out, key) end
-    return out
-  end
-  -- Where each policy's values go in the reply.
-  local count = #policies
-  for i = 1, count do
+-- Where each policy's values go in the reply out, from o on (p.o): an override's parameters
+-- and name first (the caller does not know them), then its result.
+local function layout(out, o, policies, applied)
+  for i = 1, #policies do
     local p = policies[i]
     if applied == 1 then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
@@ -187,81 +173,109 @@ local function general(ARGV, key, flags, now)
     p.o = o
     o = o + p.a.width
   end
+end
 
-  local kept
-  if op == 'reset' then
-    -- Forget the applying policies' states (their lines, and a sliding log's list), and
-    -- nothing else: the other policies' states are kept as a check keeps them. A string
-    -- that cannot be read (garbage, another type, a line that is not a state) is deleted
-    -- as a whole: a reset repairs it.
-    for i = 1, count do
-      local p = policies[i]
-      if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
-      p.st, p.now, p.line = p.a.fresh(), now, nil
-    end
-    bump(cfgkey, cfg, out, key)
-    local states = read_states(key)
-    local kept = states and others_of(key, base, states, policies, now, min_ttl)
-    if kept then write_states(key, 'c', policies, kept) else redis.call('DEL', key) end
-  else
-    local err = serr
-    if op ~= 'check' then states, err = read_states(key) end
-    if not states then return redis.error_reply(err.err) end
-    -- The other policies' states are read (strictly) too: they are kept.
-    kept, err = others_of(key, base, states, policies, now, min_ttl)
-    if not kept then return redis.error_reply(err.err) end
-    for i = 1, count do
-      local p = policies[i]
-      local st = p.a.fresh()
-      local text = states[p.name]
-      if text then
-        st = decode(key, p, text, now)
-        if st.err then return redis.error_reply(st.err) end
-      end
-      -- A clock earlier than the key's last update: use the last update's time.
-      p.st, p.now = st, now
-      if st.updated > now then p.now = st.updated end
-    end
+-- reset: forget the applying policies' states (their lines, and a sliding log's list), and
+-- nothing else: the other policies' states are kept as a check keeps them. A string that
+-- cannot be read (garbage, another type, a line that is not a state) is deleted as a whole:
+-- a reset repairs it. Then each policy reads as fresh.
+local function reset_all(cfgkey, cfg, out, key, base, policies, now, min_ttl)
+  for i = 1, #policies do
+    local p = policies[i]
+    if p.alg == 5 then redis.call('DEL', logkey_of(p)) end
+    p.st, p.now, p.line = p.a.fresh(), now, nil
   end
+  bump(cfgkey, cfg, out, key)
+  local states = read_states(key)
+  local kept = states and others_of(key, base, states, policies, now, min_ttl)
+  if kept then write_states(key, 'c', policies, kept) else redis.call('DEL', key) end
+end
 
-  if op == 'refund' then
-    local err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept,
-      now)
-    if err then return redis.error_reply(err.err) end
+-- Each applying policy's state (p.st, in its terms) and the time it is decided at (p.now:
+-- now, or its last update when the clock reads earlier), from the string's lines (states);
+-- returns the other policies' lines kept (others_of), or nil and the error.
+local function read_applying(key, base, states, policies, now, min_ttl)
+  -- The other policies' states are read (strictly) too: they are kept.
+  local kept, err = others_of(key, base, states, policies, now, min_ttl)
+  if not kept then return nil, err end
+  for i = 1, #policies do
+    local p = policies[i]
+    local st = p.a.fresh()
+    local text = states[p.name]
+    if text then
+      st = decode(key, p, text, now)
+      if st.err then return nil, st end
+    end
+    p.st, p.now = st, now
+    if st.updated > now then p.now = st.updated end
   end
+  return kept
+end
 
-  local c = cost
-  if op ~= 'check' then c = 0 end
-  local all = true
+-- Decides every policy for cost c (0: a query) into out; when all admit c > 0 stores their
+-- states (with the other policies' lines kept), else applies the all-or-nothing rule.
+-- Returns an error, or nil.
+local function decide_all(key, head, policies, kept, c, out, min_ttl)
+  local count, all = #policies, true
   for i = 1, count do
     local p = policies[i]
     local ok, ttl = p.a.decide(p, p.st, p.now, c, out, p.o)
-    if ok == nil then return redis.error_reply(ttl.err) end
+    if ok == nil then return ttl end
     if not ok then all = false end
     p.ok, p.ttl = ok, ttl
   end
+  if c == 0 then return nil end
+  if not all then return as_if_nothing_consumed(policies, count, out, false) end
+  for i = 1, count do
+    local p = policies[i]
+    local st = p.a.admitted(p, p.st, p.now, c)
+    p.line = '\n' .. p.a.encode(p.params, st) .. '\t' .. p.name
+    p.ttl = ttl_of(min_ttl, p.ttl)
+  end
+  write_states(key, head, policies, kept)
+  return nil
+end
 
-  if c > 0 then
-    if all then
-      for i = 1, count do
-        local p = policies[i]
-        local st = p.a.admitted(p, p.st, p.now, c)
-        p.line = '\n' .. p.a.encode(p.params, st) .. '\t' .. p.name
-        p.ttl = ttl_of(min_ttl, p.ttl)
-      end
-      write_states(key, head, policies, kept)
-    else
-      for i = 1, count do
-        local p = policies[i]
-        if p.ok then
-          -- Denied overall: report this policy as if nothing were consumed.
-          local ok, err = p.a.decide(p, p.st, p.now, 0, out, p.o)
-          if ok == nil then return redis.error_reply(err.err) end
-          if p.alg == 3 then out[p.o + 4] = 0 end
-        end
-      end
+-- The general path of a call of check (its reply or error reply, as check.lua's header gives
+-- them), once check has read its flags (flags_of's answer), the state string's key (KEYS[1])
+-- and the time now (ms); ARGV is check's (the policy sets).
+local function general(ARGV, key, flags, now)
+  local op, mode, min_ttl, cost = flags[1], flags[2], flags[3], flags.cost
+  local base = match(key, BASE_OF)
+  if not base then return redis.error_reply('TURNSTILE_ARGS malformed key') end
+  local cfgkey = base .. '~cfg'
+  local cfg, states, err = configuration(op, key, cfgkey)
+  if not cfg then return states end
+  local version, head = 0, '0'
+  if cfg[3] then version = cfg[3] + 0 end
+  if cfg[1] or cfg[2] or cfg[3] then head = 'c' end
+  local policies, applied, tier = applying(ARGV, cfg, mode, base)
+  if policies == false then return applied end
+
+  local out, o = {now, version, applied}, 3
+  if tier then out[4], o = tier, 4 end
+  if not policies then
+    if op ~= 'check' then bump(cfgkey, cfg, out, key) end
+    return out
+  end
+  layout(out, o, policies, applied)
+  local kept, c = nil, cost
+  if op == 'reset' then
+    reset_all(cfgkey, cfg, out, key, base, policies, now, min_ttl)
+    c = 0
+  else
+    if op ~= 'check' then states, err = read_states(key) end
+    if not states then return redis.error_reply(err.err) end
+    kept, err = read_applying(key, base, states, policies, now, min_ttl)
+    if not kept then return redis.error_reply(err.err) end
+    if op == 'refund' then
+      err = refund_all(cfgkey, cfg, out, min_ttl, policies, cost, key, states, kept, now)
+      if err then return redis.error_reply(err.err) end
+      c = 0
     end
   end
-
+  -- refund and reset answer as a query made after them
+  err = decide_all(key, head, policies, kept, c, out, min_ttl)
+  if err then return redis.error_reply(err.err) end
   return out
 end

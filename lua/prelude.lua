@@ -98,15 +98,46 @@ local function mark_configured(key)
   if redis.pcall('GETRANGE', key, 0, 0) == '0' then redis.call('SETRANGE', key, 0, 'c') end
 end
 
+-- The algorithms by id (check.lua's header lists them; turnstile_core's Algorithm::wire_id
+-- and wire_width give the same table, and a test compares them): ALG[id] is the algorithm's
+-- table, nil for an id no algorithm has. Its shape is here — fields: the count of numbers
+-- its stored state holds after its parameters; width: the count of values its result takes
+-- in a reply (Algorithm::wire_width) — and its methods on the general path's states (fresh,
+-- parse, decide, admitted, refund, encode) are METHODS[id], which methods.lua and
+-- log_list.lua define inside general_path (see general.lua's header): the fast path
+-- (fast.lua) and the parsing of the arguments (sets.lua) need only the shapes, so an
+-- EVALSHA call the fast path decides creates none of the methods. Once general_path has
+-- run, algorithm(id) adds the methods to ALG[id] the first time it is asked for it (the
+-- general path asks for every algorithm it uses, see with_keys); a Function library keeps
+-- them from call to call. Plain tables and functions, no metatable: loading a Function
+-- library offers no setmetatable.
+local METHODS, ALG = {}, {
+  {fields = 2, width = 3}, -- 1 token-bucket
+  {fields = 2, width = 3}, -- 2 gcra
+  {fields = 2, width = 4}, -- 3 leaky-bucket
+  {fields = 2, width = 3}, -- 4 fixed-window
+  {fields = 2, width = 3}, -- 5 sliding-log
+  {fields = 3, width = 5}, -- 6 sliding-window
+}
+local function algorithm(id)
+  local a = ALG[id]
+  local m = METHODS[id]
+  if a and not a.decide and m then
+    a.fresh, a.parse, a.decide, a.admitted, a.refund, a.encode =
+      m.fresh, m.parse, m.decide, m.admitted, m.refund, m.encode
+  end
+  return a
+end
+
 local function is_bucket(alg) return alg == 1 or alg == 2 or alg == 3 end
 
 -- A policy's parameters, numbers already parsed, if they are a policy the contract accepts
--- (SEMANTICS.md "Inputs"): algorithm id 1 to 6, 1 <= L <= 2^32 - 1, 1 <= P <= 365 days in
+-- (SEMANTICS.md "Inputs"): an algorithm's id (ALG above), 1 <= L <= 2^32 - 1, 1 <= P <= 365 days in
 -- ms, capacity 1 <= B <= 2^32 - 1 (equal to L for the windows), max(L, B) * P <= 2^53 - 1
 -- (compared without forming the product). Returns {alg, L, P, B}, or nil.
 local function policy_of(alg, L, P, B)
   if not alg or not L or not P or not B then return nil end
-  if alg < 1 or alg > 6 or L < 1 or L > MAX_LIMIT or P < 1 or P > MAX_PERIOD or B < 1
+  if not ALG[alg] or L < 1 or L > MAX_LIMIT or P < 1 or P > MAX_PERIOD or B < 1
      or B > MAX_LIMIT then
     return nil
   end
@@ -159,33 +190,3 @@ local function config_problem(cfg)
   return nil
 end
 
--- The algorithms by id (check.lua's header lists them): ALG[id] is the algorithm's table,
--- algorithm(id) too (nil for an id no algorithm has). Its shape is here — fields: the count
--- of numbers its stored state holds after its parameters; width: the count of values its
--- result takes in a reply — and its methods (fresh, parse, decide, admitted, refund, encode)
--- are made by MAKE[id], which its piece (bucket.lua, gcra.lua, fixed_window.lua,
--- sliding_window.lua, sliding_log.lua) defines. The pieces are composed inside general_path
--- (see general.lua's header): the fast path (fast.lua) and the parsing of the arguments
--- (sets.lua) need only the shapes, so an EVALSHA call the fast path decides creates none of
--- the methods' closures. Once general_path has run, algorithm(id) adds the methods the
--- first time it is asked for the algorithm (the general path asks for every algorithm it
--- uses, see with_keys), so a call creates the methods of the algorithms it runs, not of all
--- six; a Function library keeps them from call to call. Plain tables and functions, no
--- metatable: loading a Function library offers no setmetatable.
-local MAKE, ALG = {}, {
-  {fields = 2, width = 3}, -- 1 token bucket
-  {fields = 2, width = 3}, -- 2 GCRA
-  {fields = 2, width = 4}, -- 3 leaky bucket
-  {fields = 2, width = 3}, -- 4 fixed window
-  {fields = 2, width = 3}, -- 5 sliding log
-  {fields = 3, width = 5}, -- 6 sliding window
-}
-local function algorithm(id)
-  local a = ALG[id]
-  if a and not a.decide and MAKE[id] then
-    local m = MAKE[id]()
-    a.fresh, a.parse, a.decide, a.admitted, a.refund, a.encode =
-      m.fresh, m.parse, m.decide, m.admitted, m.refund, m.encode
-  end
-  return a
-end

@@ -1,7 +1,8 @@
--- turnstile: helpers of check's general path only (the algorithms' methods, states.lua,
--- general.lua), composed first inside general_path() (see general.lua's header), so that an
--- EVALSHA call the fast path decides does not create them: exact arithmetic, and the strict
--- reading of stored states (see prelude.lua's header).
+-- turnstile: helpers of check's general path only (the algorithms' methods in methods.lua
+-- and log_list.lua, states.lua, general.lua), composed first inside general_path() (see
+-- general.lua's header), so that an EVALSHA call the fast path decides does not create
+-- them: exact arithmetic, and the strict reading of stored states (see prelude.lua's
+-- header).
 
 -- ceil(a / b) for a >= 0, b > 0.
 local function ceildiv(a, b)
@@ -14,6 +15,10 @@ local function min(a, b)
   if a < b then return a end
   return b
 end
+
+-- Where a query whose reply nobody reads writes it: a refund or a carry-over asks an
+-- algorithm's arithmetic for the numbers at now (the debt, the counts), not for its reply.
+local SCRATCH = {}
 
 -- A state's numbers after its parameters, by their count: digits only, '|' between them.
 -- The first capture is the parameters' text (anything up to the first '|'), compared with the

@@ -3,10 +3,10 @@
 -- ready for both paths (keyed, and fast.lua's fast_spec); and the keys derived from the
 -- state string's.
 --
--- Composed after prelude.lua and fast.lua, before the general path (inside general_path:
--- reading.lua, the per-algorithm pieces, states.lua and general.lua) and check.lua: what the
--- common case needs is defined here, at the top level, and what only the general path needs
--- there.
+-- Composed after prelude.lua, the algorithms' arithmetic, outcome.lua and fast.lua, before
+-- the general path (inside general_path: reading.lua, the algorithms' methods, states.lua
+-- and general.lua) and check.lua: what the common case needs is defined here, at the top
+-- level, and what only the general path needs there.
 
 -- Every piece below is a top-level function taking what it needs as arguments: a call creates
 -- no closure.
@@ -57,8 +57,10 @@ local function set_of(text)
   if set then return set end
   local tier, from = match(text, '^([^\n]*)()')
   if tier ~= '' and not valid_tier(tier) then return nil end
-  -- log: it has a sliding log; width: its reply's length under the defaults.
-  set = {tier = tier, log = false, width = 3}
+  -- log: its sliding logs' policies (false: none).
+  set = {tier = tier, log = false}
+  -- Each policy's place in fast_check's compact reply (fo) and captures (fk).
+  local o, k = 1, 1
   -- Each line read with one anchored match from where the last one ended (no copy of the
   -- text, no count of its lines after): a line without its space matches nothing.
   local seen, size = {}, #text
@@ -69,18 +71,38 @@ local function set_of(text)
     if not p or seen[name] then return nil end
     seen[name] = true
     set[#set + 1] = p
-    if p.alg == 5 then set.log = true end
-    set.width = set.width + p.a.width
+    if p.alg == 5 then
+      set.log = set.log or {}
+      set.log[#set.log + 1] = p
+    end
+    p.fo, p.fk, o, k = o, k, o + p.a.width, k + p.a.fields
     from = after
   end
   -- fast_check's pattern of the whole state string: the header '0', then each policy's
   -- line in order. fast: fast.lua's fast_check may decide the set (a Lua pattern holds at
-  -- most 32 captures).
-  local pat, captures = '^0', 0
-  for i = 1, #set do
-    pat, captures = pat .. set[i].pat, captures + set[i].a.fields
+  -- most 32 captures: k - 1).
+  local pat = '^0'
+  for i = 1, #set do pat = pat .. set[i].pat end
+  set.pat, set.fast = pat .. '$', k <= 33
+  -- fast_check's compact reply (o values: the head, then each policy's), made once per set
+  -- and filled by every call (fast_check writes every value before it returns it; Redis
+  -- reads a reply when the call returns, before any other call runs: no table made per
+  -- call), and for several policies a fresh key's captures (none: zeros).
+  local reply
+  if o == 4 then
+    reply = {0, 0, 0, 0}
+  elseif o == 6 then
+    reply = {0, 0, 0, 0, 0, 0}
+  else
+    reply = {}
+    for i = 1, o do reply[i] = 0 end
   end
-  set.pat, set.none, set.fast = pat .. '$', {}, captures <= 32
+  set.reply = reply
+  if #set > 1 then
+    local none = {}
+    for i = 1, k do none[i] = 0 end
+    set.none = none
+  end
   -- defaults: the fast path may decide this set when it is the defaults'.
   set.defaults = set.fast and tier == ''
   set.count = #set

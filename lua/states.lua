@@ -1,10 +1,11 @@
--- turnstile: a client key's state string (format f3), read and written by check's general
--- path (general.lua; fast.lua reads and writes the common case itself). Composed, with
--- general.lua, inside general_path() (see general.lua's header): its definitions run only
--- when a call takes the general path (or once, when the Function library loads).
+-- turnstile: a client key's state string (format f4, STATE_FORMAT in prelude.lua), read and
+-- written by check's general path (general.lua; fast.lua reads and writes the common case
+-- itself). Composed, with general.lua, inside general_path() (see general.lua's header): its
+-- definitions run only when a call takes the general path (or once, when the Function
+-- library loads).
 --
 -- Every policy state of one client key lives in ONE Redis string at
--- <prefix>:{<tag>}:f3 (KEYS[1] of check), so a check makes one GET and one SET whatever the
+-- <prefix>:{<tag>}:f4 (KEYS[1] of check), so a check makes one GET and one SET whatever the
 -- number of policies:
 --
 --   <header>\n<state>\t<name>\n<state>\t<name>...  (\t a tab, \n a line break)
@@ -25,7 +26,7 @@
 -- rounded up, at least the least TTL and 1 ms): no state is dropped before its reset_after.
 -- A state of a policy that does not apply to this call (another tier's, say) is kept as it
 -- is while it is still in use (its reset_after above 0), and its TTL counts; once it is
--- not, it is dropped (it reads as fresh). A sliding log's list (its own key, ~log:f3:<name>)
+-- not, it is dropped (it reads as fresh). A sliding log's list (its own key, ~log:f4:<name>)
 -- gets the string's TTL, so it never expires before its state.
 --
 -- Anything else at the key — another type, no header, a line that is not "<state> <name>",
@@ -51,21 +52,28 @@ local function fresh_at(p, t)
   f.updated = t
   return f
 end
--- The state of p, in p's terms: a state stored under other parameters carries over.
+
+-- The state of p, in p's terms, from st stored under other parameters q (q.key and q.name
+-- p's), at t (not before st's update): the rule of turnstile-core's algorithm::carry_over;
+-- or the error when st is none a request leaves under q. What st holds at t under q (a
+-- bucket's debt, a window's counts) is its algorithm's query (q.a.decide at cost 0, which
+-- keeps them on q as q.v1, q.v2: see methods.lua).
 local function carry(q, p, st, t)
+  q.a = algorithm(q.alg)
+  if q.alg ~= 5 then
+    local ok, err = q.a.decide(q, st, t, 0, SCRATCH, 0)
+    if ok == nil then return err end
+  end
   if is_bucket(q.alg) and is_bucket(p.alg) then
-    local units = min(ceildiv(debt_now(q, st, t), q.P), p.B)
+    local units = min(ceildiv(q.v1, q.P), p.B)
     if units == 0 then return fresh_at(p, t) end
-    return debt_state(units * p.P, t)
+    return {updated = t, debt = units * p.P}
   elseif q.alg == 4 and p.alg == 4 then
-    local count = 0
-    if st.w == divmod(t, q.P) then count = st.n end
     local w = divmod(t, p.P)
-    if count == 0 or divmod(st.updated, p.P) ~= w then return fresh_at(p, t) end
-    return {updated = t, w = w, n = min(count, p.L)}
+    if q.v1 == 0 or divmod(st.updated, p.P) ~= w then return fresh_at(p, t) end
+    return {updated = t, w = w, n = min(q.v1, p.L)}
   elseif q.alg == 6 and p.alg == 6 then
-    local n, m = sliding_counts(st, divmod(t, q.P))
-    local w = divmod(t, p.P)
+    local n, m, w = q.v1, q.v2, divmod(t, p.P)
     if q.P == p.P then
       if n == 0 and m == 0 then return fresh_at(p, t) end
       return {updated = t, w = w, cur = min(n, p.L), prev = min(m, p.L)}
@@ -124,6 +132,7 @@ local function decode(key, p, raw, now)
   local t = now
   if st.updated > t then t = st.updated end
   p.carried = true
+  q.key, q.name = p.key, p.name
   return carry(q, p, st, t)
 end
 
@@ -171,7 +180,7 @@ local function kept_ttl(key, base, name, state, now, min_ttl)
   if st.err then return nil, st end
   local t = now
   if st.updated > t then t = st.updated end
-  local ok, reset = q.a.decide(q, st, t, 0, {}, 0)
+  local ok, reset = q.a.decide(q, st, t, 0, SCRATCH, 0)
   if ok == nil then return nil, reset end
   if reset <= 0 and t == now then return 0 end
   return ttl_of(min_ttl, reset)

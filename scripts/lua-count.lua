@@ -2,8 +2,9 @@
 -- machine (Redis CPU time per call is not steady there): the Lua VM instructions and the
 -- function calls the script itself makes per call, counted with debug.sethook in stock Lua
 -- 5.1 (Redis's Lua version), with an in-memory mock of redis.call/pcall (TIME, GET, MGET, SET,
--- PSETEX, PEXPIRE, EXISTS, HMGET of an absent hash, DEL, and the lists' LRANGE, LINDEX, RPUSH, LSET and
--- LTRIM) whose own work is left out. It does not count what the
+-- PSETEX, PEXPIRE, EXISTS, DEL, GETRANGE, SETRANGE, the configuration hash's HMGET and
+-- HINCRBY, and the lists' LRANGE, LINDEX, RPUSH, RPOP, LSET and LTRIM) whose own work is
+-- left out: the general path (a refund, a reset, a configured key) counts too. It does not count what the
 -- Redis commands or the reply's conversion cost: it complements INFO commandstats, never
 -- replaces it. "__rand_int__" in KEY and ARGS is replaced by one of 100 keys, in turn.
 --
@@ -28,7 +29,13 @@ local function cmd(name, ...)
   if name == "PEXPIRE" then return 1 end
   if name == 'EXISTS' then local n = 0; for i = 1, #a do if db[a[i]] then n = n + 1 end end; return n end
   if name == 'MGET' then local r = {}; for i = 1, #a do r[i] = db[a[i]] or false end; return r end
-  if name == 'HMGET' then local r = {}; for i = 2, #a do r[i - 1] = false end; return r end
+  -- Hashes (a configuration's): a table of fields; HMGET of an absent hash answers false.
+  local function hash(k) local h = db[k]; if type(h) ~= 'table' then h = {}; db[k] = h end; return h end
+  if name == 'HMGET' then local h, r = db[a[1]] or {}, {}; for i = 2, #a do r[i - 1] = h[a[i]] or false end; return r end
+  if name == 'HINCRBY' then local h = hash(a[1]); h[a[2]] = tostring((tonumber(h[a[2]]) or 0) + a[3]); return tonumber(h[a[2]]) end
+  if name == 'GETRANGE' then local v = db[a[1]]; if type(v) ~= 'string' then return '' end; return string.sub(v, a[2] + 1, a[3] + 1) end
+  if name == 'SETRANGE' then local v = db[a[1]]; db[a[1]] = a[3] .. string.sub(v, #a[3] + 1); return #db[a[1]] end
+  if name == 'RPOP' then local l = db[a[1]]; if type(l) ~= 'table' then return false end; return table.remove(l) or false end
   -- Lists (a sliding log's): indices from 0, -1 the last.
   local function list(k) local l = db[k]; if type(l) ~= 'table' then l = {}; db[k] = l end; return l end
   local function at(l, i) i = tonumber(i); if i < 0 then i = #l + i end; return i + 1 end

@@ -66,12 +66,7 @@ fn the_redis_package_carries_every_script_its_source_includes() {
     let files = listed("turnstile-redis");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/turnstile-redis/src");
     let mut included = Vec::new();
-    for entry in fs::read_dir(&src).unwrap() {
-        let text = fs::read_to_string(entry.unwrap().path()).unwrap();
-        for rest in text.split("include_str!(\"../").skip(1) {
-            included.push(rest[..rest.find('"').unwrap()].to_owned());
-        }
-    }
+    includes(&src, Path::new("src"), &mut included);
     assert!(
         included.iter().any(|f| f == "lua/check.lua"),
         "no script found: {included:?}"
@@ -81,5 +76,31 @@ fn the_redis_package_carries_every_script_its_source_includes() {
             files.contains(&script),
             "turnstile-redis's package lacks {script}, which its source includes"
         );
+    }
+}
+
+/// Every file the sources below `dir` (the crate's `at`) include with `include_str!`, as a
+/// path from the crate's root (`lua/check.lua`), read lexically (`lua` is a link).
+fn includes(dir: &Path, at: &Path, found: &mut Vec<String>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = at.join(path.file_name().unwrap());
+        if path.is_dir() {
+            includes(&path, &name, found);
+            continue;
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        for rest in text.split("include_str!(\"").skip(1) {
+            let mut parts: Vec<&str> = at.iter().map(|p| p.to_str().unwrap()).collect();
+            for part in rest[..rest.find('"').unwrap()].split('/') {
+                match part {
+                    ".." => {
+                        parts.pop();
+                    }
+                    part => parts.push(part),
+                }
+            }
+            found.push(parts.join("/"));
+        }
     }
 }

@@ -292,7 +292,7 @@ async fn every_cluster_master_gets_the_library_and_reloads_it_alone() {
     let mut keys = vec![None; 3];
     for i in 0.. {
         let key = format!("client-{i}");
-        let node = cluster.node_of_key(&b.state_key(&key, &pol[0]));
+        let node = cluster.node_of_key(&b.state_key(&key));
         keys[node].get_or_insert(key);
         if keys.iter().all(Option::is_some) {
             break;

@@ -113,9 +113,7 @@ impl Deployment {
     fn master_of(&self, b: &RedisBackend, client: &str) -> u16 {
         match self {
             Deployment::Single(s) => s.port(),
-            Deployment::Cluster(c) => {
-                c.nodes()[c.node_of_key(&b.state_key(client, &defaults()[0]))].port()
-            }
+            Deployment::Cluster(c) => c.nodes()[c.node_of_key(&b.state_key(client))].port(),
         }
     }
 }

@@ -115,7 +115,7 @@ async fn every_configuration_change_is_seen_by_the_very_next_check_of_a_key_with
         }
         // On a fresh client the checks take the fast path and write the header '0'; an
         // override marks the string at once, before any check.
-        let states = r.state_key("fresh", &defaults[0]);
+        let states = r.state_key("fresh");
         r.check_limits("fresh", &limits, 1, Some(t)).await.unwrap();
         assert_eq!(header(&url, &states).await, Some(b'0'), "{mode:?}");
         r.set_override("fresh", &over).await.unwrap();
@@ -124,7 +124,7 @@ async fn every_configuration_change_is_seen_by_the_very_next_check_of_a_key_with
         assert!(matches!(d.applied(), Applied::Override), "{mode:?}");
         assert_eq!(d.version(), 1, "{mode:?}");
         // A refund's version bump marks it too, on a client that never had a configuration.
-        let other = r.state_key("refunded", &defaults[0]);
+        let other = r.state_key("refunded");
         r.check_limits("refunded", &limits, 1, Some(t))
             .await
             .unwrap();
@@ -181,7 +181,7 @@ async fn a_policy_of_another_tier_keeps_its_state_in_the_string() {
             m.set_tier("c", None).await.unwrap();
         }
         // Both states are in the one string, the hour's window the longest TTL.
-        let states = r.state_key("c", &defaults[0]);
+        let states = r.state_key("c");
         let redis::Value::BulkString(text) = get(&url, &states).await else {
             panic!("{mode:?}: no state string")
         };

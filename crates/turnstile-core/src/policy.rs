@@ -78,7 +78,12 @@ impl Algorithm {
         )
     }
 
-    const fn id(self) -> u8 {
+    /// The algorithm's stable id on the wire: 1 token bucket, 2 GCRA, 3 leaky bucket, 4 fixed
+    /// window, 5 sliding log, 6 sliding window. The Redis scripts store it before every state
+    /// and take it in their arguments (`ALG[id]` in `lua/prelude.lua`), and a policy's
+    /// fingerprint hashes it; an id never changes meaning. The inverse is
+    /// [`Algorithm::from_wire_id`].
+    pub const fn wire_id(self) -> u8 {
         match self {
             Algorithm::TokenBucket => 1,
             Algorithm::Gcra => 2,
@@ -86,6 +91,35 @@ impl Algorithm {
             Algorithm::FixedWindow => 4,
             Algorithm::SlidingLog => 5,
             Algorithm::SlidingWindow => 6,
+        }
+    }
+
+    /// The algorithm whose [`wire_id`](Algorithm::wire_id) is `id`, or `None` for an id no
+    /// algorithm has.
+    pub const fn from_wire_id(id: u64) -> Option<Algorithm> {
+        Some(match id {
+            1 => Algorithm::TokenBucket,
+            2 => Algorithm::Gcra,
+            3 => Algorithm::LeakyBucket,
+            4 => Algorithm::FixedWindow,
+            5 => Algorithm::SlidingLog,
+            6 => Algorithm::SlidingWindow,
+            _ => return None,
+        })
+    }
+
+    /// How many integers one decision of this algorithm takes on the wire (a policy's result
+    /// in the Redis check script's reply, `width` in `lua/prelude.lua`'s `ALG`): retry,
+    /// remaining and reset (3); the leaky bucket adds its delay (4); the sliding window
+    /// writes its retry exactly as whole, numerator and denominator (5).
+    pub const fn wire_width(self) -> usize {
+        match self {
+            Algorithm::TokenBucket => 3,
+            Algorithm::Gcra => 3,
+            Algorithm::LeakyBucket => 4,
+            Algorithm::FixedWindow => 3,
+            Algorithm::SlidingLog => 3,
+            Algorithm::SlidingWindow => 5,
         }
     }
 }
@@ -325,7 +359,7 @@ impl Policy {
             period_ms,
             burst,
             params: [
-                period_ms << 8 | u64::from(algorithm.id()),
+                period_ms << 8 | u64::from(algorithm.wire_id()),
                 limit << 32 | bucket_capacity,
             ],
             name: Arc::from(""),
@@ -506,7 +540,7 @@ impl Policy {
                 h = h.wrapping_mul(0x0000_0100_0000_01b3);
             }
         };
-        eat(&[self.algorithm.id()]);
+        eat(&[self.algorithm.wire_id()]);
         eat(&self.limit.to_le_bytes());
         eat(&self.period_ms.to_le_bytes());
         eat(&self.capacity().to_le_bytes());
@@ -670,6 +704,28 @@ pub fn format_duration_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_ids_are_the_scripts_and_round_trip() {
+        // The ids and widths the Redis scripts use (lua/prelude.lua's ALG), fixed forever.
+        let expected = [
+            (Algorithm::TokenBucket, 1, 3),
+            (Algorithm::Gcra, 2, 3),
+            (Algorithm::LeakyBucket, 3, 4),
+            (Algorithm::FixedWindow, 4, 3),
+            (Algorithm::SlidingLog, 5, 3),
+            (Algorithm::SlidingWindow, 6, 5),
+        ];
+        assert_eq!(expected.len(), Algorithm::ALL.len());
+        for (a, id, width) in expected {
+            assert_eq!(a.wire_id(), id, "{a}");
+            assert_eq!(a.wire_width(), width, "{a}");
+            assert_eq!(Algorithm::from_wire_id(u64::from(id)), Some(a), "{a}");
+        }
+        for id in [0, 7, 255, 256 + 1, u64::MAX] {
+            assert_eq!(Algorithm::from_wire_id(id), None, "{id}");
+        }
+    }
 
     #[test]
     fn packed_parameters_are_the_parameters() {

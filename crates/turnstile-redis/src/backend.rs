@@ -20,7 +20,7 @@ use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Attempt, Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
 use crate::library::Scripts;
-use crate::script::{array, check_args, parse_config, parse_reply, Op, Sets};
+use crate::wire::{array, check_args, parse_config, parse_reply, Op, Sets};
 use crate::target::Target;
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
@@ -188,14 +188,24 @@ impl<C: Clock> RedisBackend<C> {
         &self.inner.node
     }
 
-    /// The Redis key holding `policy`'s state for `client_key`: since state format `f3`, one
-    /// string per client key holding every policy's state (see the README's "Keys"), so
-    /// the same key for every policy of `client_key`.
-    pub fn state_key(&self, client_key: &str, policy: &Policy) -> String {
-        let _ = policy;
+    /// The Redis key of `client_key`'s state string, `<prefix>:{<tag>}:f4`: one string
+    /// holding the state of every policy of the client key (see the README's "Keys").
+    pub fn state_key(&self, client_key: &str) -> String {
         self.inner
             .keys
             .states_key_of(&self.inner.prefix, client_key)
+    }
+
+    /// The Redis key of the list that holds `policy`'s log for `client_key`,
+    /// `<prefix>:{<tag>}~log:f4:<policy name>`, when `policy` is a
+    /// [`SlidingLog`](turnstile_core::Algorithm::SlidingLog); `None` for any other algorithm
+    /// (its state is all in the state string, see [`state_key`](Self::state_key)).
+    pub fn sliding_log_key(&self, client_key: &str, policy: &Policy) -> Option<String> {
+        (policy.algorithm() == turnstile_core::Algorithm::SlidingLog).then(|| {
+            self.inner
+                .keys
+                .log_key_of(&self.inner.prefix, client_key, policy.name())
+        })
     }
 
     /// What this backend has done since it was built: Redis calls, connections made.
@@ -257,7 +267,7 @@ impl<C: Clock> RedisBackend<C> {
         } else {
             0
         };
-        check_args(&mut inv, sets, op, cost, now_ms, min_ttl).map_err(Failed::local)?;
+        check_args(&mut inv, sets, op, cost, now_ms, min_ttl);
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
         let reply: redis::Value = self.inner.target.invoke(&inv, state_key, deadline).await?;
         let request = |error| Failed {

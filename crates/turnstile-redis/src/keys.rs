@@ -1,6 +1,6 @@
 //! Redis key names: `<prefix>:{<client key>}:<format>` for a client's state string (every
 //! policy's state in one string, see `lua/states.lua`), `<prefix>:{<client key>}~log:<format>:
-//! <policy name>` for a sliding log's list, `<prefix>:{<client key>}~cfg` for a client's
+//! <policy name>` for a sliding log's list (`<format>` is [`STATE_FORMAT`], `f4`), `<prefix>:{<client key>}~cfg` for a client's
 //! configuration. All of a client's keys share the hash tag, so one Cluster slot.
 //!
 //! Design (issue 15, format `f4`): a check makes `TIME`, `GET <state string>` and `PSETEX`
@@ -70,13 +70,27 @@ impl KeyEncoding {
     /// The key of `client_key`'s state string under `prefix`: [`states_key`]`(prefix,
     /// tag(client_key))` built in one string.
     pub(crate) fn states_key_of(self, prefix: &str, client_key: &str) -> String {
-        let mut s =
-            String::with_capacity(prefix.len() + self.tag_len(client_key) + 4 + STATE_FORMAT.len());
+        self.key_of(prefix, client_key, &[":", STATE_FORMAT])
+    }
+
+    /// The key of the list holding the log of `client_key`'s sliding log policy `name`
+    /// under `prefix`: `<prefix>:{<tag>}~log:<format>:<name>` (`logsuffix` in
+    /// `lua/sets.lua`).
+    pub(crate) fn log_key_of(self, prefix: &str, client_key: &str, name: &str) -> String {
+        self.key_of(prefix, client_key, &["~log:", STATE_FORMAT, ":", name])
+    }
+
+    /// `<prefix>:{<tag>}` and then each of `rest`, built in one string.
+    fn key_of(self, prefix: &str, client_key: &str, rest: &[&str]) -> String {
+        let len = prefix.len() + self.tag_len(client_key) + 3;
+        let mut s = String::with_capacity(len + rest.iter().map(|r| r.len()).sum::<usize>());
         s.push_str(prefix);
         s.push_str(":{");
         self.write_tag(client_key, &mut s);
-        s.push_str("}:");
-        s.push_str(STATE_FORMAT);
+        s.push('}');
+        for r in rest {
+            s.push_str(r);
+        }
         s
     }
 }
@@ -132,6 +146,21 @@ mod tests {
     }
 
     #[test]
+    fn a_log_key_is_the_state_keys_base_and_the_scripts_suffix() {
+        for enc in [KeyEncoding::Hashed, KeyEncoding::Plain] {
+            let state = enc.states_key_of("turnstile:v1", "a}b");
+            let base = state.strip_suffix(":f4").unwrap();
+            assert_eq!(
+                enc.log_key_of("turnstile:v1", "a}b", "per ip"),
+                format!("{base}~log:f4:per ip")
+            );
+        }
+        // lua/sets.lua builds the same suffix.
+        assert!(crate::wire::CHECK_SCRIPT
+            .contains("p.logsuffix = '~log:' .. STATE_FORMAT .. ':' .. p.name"));
+    }
+
+    #[test]
     fn plain_tags_are_never_empty_and_never_end_early() {
         assert_eq!(KeyEncoding::Plain.tag(""), "k:");
         assert_eq!(KeyEncoding::Plain.tag("a}b{c%"), "k:a%7Db%7Bc%25");
@@ -140,7 +169,7 @@ mod tests {
             "turnstile:v1:{k:%7Dx}:f4"
         );
         assert!(
-            crate::script::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))
+            crate::wire::CHECK_SCRIPT.contains(&format!("local STATE_FORMAT = '{STATE_FORMAT}'"))
         );
     }
 }

@@ -72,18 +72,17 @@ mod call;
 mod cluster;
 mod conn;
 mod connector;
-mod encoded;
 mod error;
 mod fault;
 mod health;
 mod keys;
 mod library;
 mod quotas;
-mod script;
 mod sentinel;
 mod server;
 mod target;
 mod tls;
+mod wire;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
 pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT};
@@ -93,5 +92,5 @@ pub use keys::KeyEncoding;
 pub use library::{library, FunctionLibrary, ScriptMode};
 /// The `redis` crate this backend is built on (its `Value`, errors and URLs appear in this API).
 pub use redis;
-pub use script::{CHECK_SCRIPT, CONFIG_SCRIPT};
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};
+pub use wire::{CHECK_SCRIPT, CONFIG_SCRIPT};

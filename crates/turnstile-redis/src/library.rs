@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 
 use crate::call::{Call, Which};
 use crate::fault::{classify, is_function_not_found as is_not_found, Fault};
-use crate::script::{CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
 use crate::server::Query;
+use crate::wire::{CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
 
 /// Every library name begins with this.
 pub(crate) const LIBRARY_PREFIX: &str = "turnstile_";

@@ -5,7 +5,7 @@ use std::future::Future;
 use turnstile_core::{BackendError, CheckResult, Clock, KeyConfig, Limits, Policy, Quotas};
 
 use crate::backend::{sets, tier_list, RedisBackend};
-use crate::script::{encode_override, Op};
+use crate::wire::{encode_override, Op};
 
 impl<C: Clock> RedisBackend<C> {
     /// Runs `op` of the check script for `key`, bounded by the timeout.
@@ -54,7 +54,7 @@ impl<C: Clock> Quotas for RedisBackend<C> {
     ) -> Result<KeyConfig, BackendError> {
         turnstile_core::quota::validate_policy_set(policies)
             .map_err(|e| BackendError::InvalidRequest(e.to_string()))?;
-        self.configure(key, &["set", "o", &encode_override(policies)?])
+        self.configure(key, &["set", "o", &encode_override(policies)])
             .await
     }
 

@@ -154,7 +154,7 @@ pub(crate) struct Keys {
 }
 
 pub(crate) fn keys_of(b: &RedisBackend, client: &str) -> Keys {
-    let string = b.state_key(client, &p("sliding-log:limit=1,period=1s"));
+    let string = b.state_key(client);
     let base = string.strip_suffix(":f4").unwrap().to_string();
     let logs = NAMES.iter().map(|n| format!("{base}~log:f4:{n}")).collect();
     Keys {

@@ -1,4 +1,4 @@
-//! The scripts, composed from the pieces in `lua/`, their arguments and their replies.
+//! The scripts' replies, parsed and checked (see `mod.rs` for the protocol).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,229 +7,10 @@ use redis::Value;
 use turnstile_core::decision::exact_ms;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
-    Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Unconfigured,
+    Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision,
 };
 
-use crate::call::Call;
-use crate::encoded::encoded_set;
-
-/// The definitions every source is composed of: `lua/prelude.lua`, `lua/fast.lua` (check's
-/// path for the common case), `lua/sets.lua` (check's arguments parsed), then
-/// `general_path()`, a function holding `lua/reading.lua` (the general path's helpers), the
-/// per-algorithm pieces (each defines the maker of its algorithm's methods; `lua/prelude.lua`
-/// gives the algorithms' shapes), `lua/states.lua` (a client key's state string, read and
-/// written by the general path) and `lua/general.lua` (the general path) and returning
-/// `general`, and last `lua/check.lua` (which defines `check(KEYS, ARGV)`), in that order.
-/// The general path's definitions run only when `general_path` runs: when a call first
-/// needs it (see `lua/general.lua`), so an `EVALSHA` call decided by the fast path creates
-/// none of them.
-macro_rules! check_definitions {
-    () => {
-        concat!(
-            include_str!("../lua/prelude.lua"),
-            "\n",
-            include_str!("../lua/fast.lua"),
-            "\n",
-            include_str!("../lua/sets.lua"),
-            "\n-- The general path: the algorithms' methods, states.lua and general.lua, built when \
-             a call first needs it (general.lua's header).\nlocal function general_path()\n",
-            include_str!("../lua/reading.lua"),
-            "\n",
-            include_str!("../lua/bucket.lua"),
-            "\n",
-            include_str!("../lua/gcra.lua"),
-            "\n",
-            include_str!("../lua/fixed_window.lua"),
-            "\n",
-            include_str!("../lua/sliding_window.lua"),
-            "\n",
-            include_str!("../lua/sliding_log.lua"),
-            "\n",
-            include_str!("../lua/states.lua"),
-            "\n",
-            include_str!("../lua/general.lua"),
-            "\nreturn general\nend\n",
-            include_str!("../lua/check.lua"),
-        )
-    };
-}
-
-/// The Lua source of the check script (check, refund, reset) run with `EVALSHA`: the
-/// definitions (see `check_definitions`), then `return check(KEYS, ARGV)`.
-pub const CHECK_SCRIPT: &str = concat!(check_definitions!(), "\nreturn check(KEYS, ARGV)\n");
-
-/// The Lua source of the configuration script run with `EVALSHA`: `lua/prelude.lua` and
-/// `lua/config.lua`, concatenated in that order, then `return config(KEYS, ARGV)`.
-pub const CONFIG_SCRIPT: &str = concat!(
-    include_str!("../lua/prelude.lua"),
-    "\n",
-    include_str!("../lua/config.lua"),
-    "\nreturn config(KEYS, ARGV)\n",
-);
-
-/// The body of the Redis Function library (see `library.rs`, which adds its `#!lua` line and
-/// registers `check` and `config`): the check script's definitions, the general path built
-/// at once (so that every definition runs once, at `FUNCTION LOAD`, and no call pays for
-/// it), then `lua/config.lua`.
-pub(crate) const LIBRARY_BODY: &str = concat!(
-    check_definitions!(),
-    "\nGENERAL = general_path()\n",
-    include_str!("../lua/config.lua")
-);
-
-/// The algorithm's id in the scripts (`ALG[id]` in `lua/`).
-///
-/// # Errors
-/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (core's
-/// `Algorithm` is non-exhaustive: a later one has no Lua until someone writes it, and must
-/// never run another algorithm's).
-pub(crate) fn algorithm_id(a: Algorithm) -> Result<u8, BackendError> {
-    Ok(match a {
-        Algorithm::TokenBucket => 1,
-        Algorithm::Gcra => 2,
-        Algorithm::LeakyBucket => 3,
-        Algorithm::FixedWindow => 4,
-        Algorithm::SlidingLog => 5,
-        Algorithm::SlidingWindow => 6,
-        other => {
-            return Err(BackendError::InvalidRequest(format!(
-                "algorithm {other} is not implemented by the Redis scripts"
-            )))
-        }
-    })
-}
-
-/// The algorithm of an id the scripts store and return: the inverse of [`algorithm_id`].
-///
-/// # Errors
-/// A description of the id for an id no algorithm has.
-fn algorithm_of(id: i64) -> Result<Algorithm, String> {
-    Ok(match id {
-        1 => Algorithm::TokenBucket,
-        2 => Algorithm::Gcra,
-        3 => Algorithm::LeakyBucket,
-        4 => Algorithm::FixedWindow,
-        5 => Algorithm::SlidingLog,
-        6 => Algorithm::SlidingWindow,
-        _ => {
-            return Err(format!(
-                "algorithm id {id} is not one the Redis scripts know"
-            ))
-        }
-    })
-}
-
-/// What a call of the check script does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    Check,
-    Refund,
-    Reset,
-}
-
-/// The policy sets a call carries: the defaults, the tiers, the unconfigured behaviour.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sets<'a> {
-    pub(crate) defaults: &'a [Policy],
-    pub(crate) tiers: &'a [(&'a str, &'a [Policy])],
-    pub(crate) unconfigured: Unconfigured,
-}
-
-/// Adds one call's arguments to `inv` (see `lua/check.lua` for the layout).
-///
-/// # Errors
-/// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
-/// implement (see [`algorithm_id`]); `inv` is then not to be invoked.
-pub(crate) fn check_args(
-    inv: &mut Call,
-    sets: Sets<'_>,
-    op: Op,
-    cost: u64,
-    now_ms: Option<u64>,
-    min_ttl_ms: u64,
-) -> Result<(), BackendError> {
-    // Any cost above 2^53 − 1 is above every capacity: the answer ("never") is the same.
-    let cost = cost.min(MAX_EXACT);
-    let op = match op {
-        Op::Check => "check",
-        Op::Refund => "refund",
-        Op::Reset => "reset",
-    };
-    let unconfigured = match sets.unconfigured {
-        Unconfigured::Deny => "deny",
-        Unconfigured::Allow => "allow",
-        _ => "defaults",
-    };
-    let formatted;
-    let head: &str = match (now_ms, op, unconfigured, min_ttl_ms, cost) {
-        // The most common call, spelled out rather than formatted.
-        (None, "check", "defaults", 0, 1) => "check defaults 0 1",
-        (None, ..) => {
-            formatted = format!("{op} {unconfigured} {min_ttl_ms} {cost}");
-            &formatted
-        }
-        (Some(t), ..) => {
-            formatted = format!("{op} {unconfigured} {min_ttl_ms} {cost} {t}");
-            &formatted
-        }
-    };
-    inv.arg(head).arg(&*encoded_set("", sets.defaults, || {
-        policy_set("", sets.defaults)
-    })?);
-    for (tier, policies) in sets.tiers {
-        inv.arg(&*encoded_set(tier, policies, || {
-            policy_set(tier, policies)
-        })?);
-    }
-    Ok(())
-}
-
-/// A policy set as the check script takes it (one argument): the tier's name (empty for the
-/// defaults), then a line `\n<alg.L.P.B> <name>` per policy. Names and tier names hold no
-/// line break (a policy name is printable ASCII; a tier name letters, digits, `-`, `_` and
-/// `.`).
-///
-/// # Errors
-/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (see
-/// [`algorithm_id`]).
-pub(crate) fn policy_set(tier: &str, policies: &[Policy]) -> Result<String, BackendError> {
-    let mut s = String::with_capacity(tier.len() + 40 * policies.len());
-    s.push_str(tier);
-    for p in policies {
-        s.push('\n');
-        s.push_str(&params(p)?);
-        s.push(' ');
-        s.push_str(p.name());
-    }
-    Ok(s)
-}
-
-/// A policy's parameters as the check script takes them and stores them before every
-/// state: `alg.L.P.B` in decimal (id, limit, period in ms, capacity).
-///
-/// # Errors
-/// [`BackendError::InvalidRequest`] for an algorithm the scripts do not implement (see
-/// [`algorithm_id`]).
-pub(crate) fn params(p: &Policy) -> Result<String, BackendError> {
-    Ok(format!(
-        "{}.{}.{}.{}",
-        algorithm_id(p.algorithm())?,
-        p.limit(),
-        p.period_ms(),
-        p.capacity()
-    ))
-}
-
-/// Values of a policy's result in the check script's reply, by algorithm (`a.width` in
-/// `lua/`): retry, remaining, reset (and delay for the leaky bucket); the sliding window
-/// writes its retry as whole, num, den.
-fn result_width(a: Algorithm) -> usize {
-    match a {
-        Algorithm::LeakyBucket => 4,
-        Algorithm::SlidingWindow => 5,
-        _ => 3,
-    }
-}
+use super::args::Sets;
 
 /// Values per policy of an override in the check script's reply before its result: its
 /// parameters and name (the caller does not know them).
@@ -284,7 +65,10 @@ pub(crate) fn policy_from_parts(
     capacity: u64,
     name: &str,
 ) -> Result<Policy, String> {
-    let algorithm = algorithm_of(alg)?;
+    let algorithm = u64::try_from(alg)
+        .ok()
+        .and_then(Algorithm::from_wire_id)
+        .ok_or_else(|| format!("algorithm id {alg} is not one the Redis scripts know"))?;
     let burst = algorithm.is_bucket().then_some(capacity);
     let p = Policy::from_parts(algorithm, limit, period_ms, burst).map_err(|e| e.to_string())?;
     if p.capacity() != capacity {
@@ -403,13 +187,13 @@ fn next_result(
             })?
         }
     };
-    let width = result_width(policy.algorithm());
+    let width = policy.algorithm().wire_width();
     let r = rest.get(*at..*at + width).ok_or_else(|| bad("length"))?;
     *at += width;
     policy_result(policy, r)
 }
 
-/// One policy's result from its `result_width(algorithm)` values (see `lua/check.lua`'s
+/// One policy's result from its `Algorithm::wire_width` values (see `lua/check.lua`'s
 /// header): durations are numerators over L ms for the buckets, whole ms for the windows,
 /// and the sliding window's retry is whole + num / den ms; retry -1 is never, and the
 /// policy admits exactly when its retry is 0.
@@ -454,28 +238,6 @@ fn policy_result(policy: Policy, r: &[Value]) -> Result<PolicyDecision, BackendE
     Ok(PolicyDecision::new(
         policy, allowed, remaining, retry, reset, delay,
     ))
-}
-
-/// An override as stored: one line "alg L P B name" per policy.
-///
-/// # Errors
-/// [`BackendError::InvalidRequest`] for a policy whose algorithm the scripts do not
-/// implement (see [`algorithm_id`]).
-pub(crate) fn encode_override(policies: &[Policy]) -> Result<String, BackendError> {
-    let lines = policies
-        .iter()
-        .map(|p| {
-            Ok(format!(
-                "{} {} {} {} {}",
-                algorithm_id(p.algorithm())?,
-                p.limit(),
-                p.period_ms(),
-                p.capacity(),
-                p.name()
-            ))
-        })
-        .collect::<Result<Vec<_>, BackendError>>()?;
-    Ok(lines.join("\n"))
 }
 
 /// A non-negative integer as the scripts store it: decimal digits only, at most 2^53 − 1 (the
@@ -528,40 +290,14 @@ pub(crate) fn parse_config(reply: &[Value], key: &str) -> Result<KeyConfig, Back
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_algorithm_has_its_own_script_id_and_back() {
-        // The ids of `MAKE[id] = ...` in lua/ (the maker of `ALG[id]`'s methods, run on first
-        // use).
-        let expected = [
-            (Algorithm::TokenBucket, 1),
-            (Algorithm::Gcra, 2),
-            (Algorithm::LeakyBucket, 3),
-            (Algorithm::FixedWindow, 4),
-            (Algorithm::SlidingLog, 5),
-            (Algorithm::SlidingWindow, 6),
-        ];
-        assert_eq!(expected.len(), Algorithm::ALL.len());
-        for a in Algorithm::ALL {
-            let id = algorithm_id(a).unwrap();
-            assert_eq!(
-                Some(&(a, id)),
-                expected.iter().find(|(e, _)| *e == a),
-                "{a}"
-            );
-            assert_eq!(algorithm_of(i64::from(id)), Ok(a), "{a}");
-            assert!(
-                CHECK_SCRIPT.contains(&format!("MAKE[{id}] = function()")),
-                "{a}: no MAKE[{id}]"
-            );
-        }
-    }
+    use crate::wire::args::encode_override;
+    use turnstile_core::Unconfigured;
 
     #[test]
     fn unknown_script_ids_are_typed_errors() {
         for id in [0, 7, -1, i64::MAX] {
-            assert!(algorithm_of(id).is_err(), "{id}");
-            assert!(policy_from_parts(id, 5, 1000, 5, "p").is_err(), "{id}");
+            let err = policy_from_parts(id, 5, 1000, 5, "p").unwrap_err();
+            assert!(err.contains(&format!("algorithm id {id}")), "{id}: {err}");
         }
         let reply = [
             Value::BulkString(b"7 5 1000 5 p".to_vec()),
@@ -761,8 +497,16 @@ mod tests {
                     .unwrap()
             })
             .collect();
+        // Each policy spelled with its algorithm's wire id, in a set and in an override.
+        let (mut set, mut lines) = (String::from("gold"), Vec::new());
+        for a in Algorithm::ALL {
+            set.push_str(&format!("\n{}.5.1000.5 {a}", a.wire_id()));
+            lines.push(format!("{} 5 1000 5 {a}", a.wire_id()));
+        }
+        assert_eq!(crate::wire::args::policy_set("gold", &policies), set);
+        assert_eq!(encode_override(&policies), lines.join("\n"));
         let reply = [
-            Value::BulkString(encode_override(&policies).unwrap().into_bytes()),
+            Value::BulkString(encode_override(&policies).into_bytes()),
             Value::BulkString(Vec::new()),
             Value::Int(1),
         ];

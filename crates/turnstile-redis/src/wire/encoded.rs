@@ -1,11 +1,11 @@
 //! The check script's policy-set arguments, encoded once: a call under a policy set it has
 //! seen on this thread before copies that set's text rather than formatting every policy's
-//! parameters again (the encoding itself is `script::policy_set`).
+//! parameters again (the encoding itself is `args::policy_set`).
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use turnstile_core::{BackendError, Policy};
+use turnstile_core::Policy;
 
 /// How many policy sets each thread keeps encoded; past it, the oldest is dropped.
 const KEPT: usize = 16;
@@ -20,28 +20,25 @@ thread_local! {
 /// `encode()`, the argument of the set `tier`, `policies`, from this thread's cache when an
 /// equal set (same tier, policies equal in order: names and parameters, all the argument
 /// holds) was encoded before. `encode` must depend on the set only.
-///
-/// # Errors
-/// `encode`'s error (nothing is cached then).
 pub(crate) fn encoded_set(
     tier: &str,
     policies: &[Policy],
-    encode: impl FnOnce() -> Result<String, BackendError>,
-) -> Result<Arc<str>, BackendError> {
+    encode: impl FnOnce() -> String,
+) -> Arc<str> {
     ENCODED.with(|cache| {
         let mut cache = cache.borrow_mut();
         if let Some((_, _, text)) = cache
             .iter()
             .find(|(t, ps, _)| **t == *tier && ps.as_slice() == policies)
         {
-            return Ok(Arc::clone(text));
+            return Arc::clone(text);
         }
-        let text: Arc<str> = encode()?.into();
+        let text: Arc<str> = encode().into();
         if cache.len() >= KEPT {
             cache.remove(0);
         }
         cache.push((tier.into(), policies.to_vec(), Arc::clone(&text)));
-        Ok(text)
+        text
     })
 }
 
@@ -51,7 +48,7 @@ mod tests {
     use std::time::Duration;
     use turnstile_core::Algorithm;
 
-    /// A stand-in for `script::policy_set`: the set's tier and policies, spelled out.
+    /// A stand-in for `args::policy_set`: the set's tier and policies, spelled out.
     fn spelled(tier: &str, policies: &[Policy]) -> String {
         let mut s = tier.to_string();
         for p in policies {
@@ -61,9 +58,7 @@ mod tests {
     }
 
     fn cached(tier: &str, policies: &[Policy]) -> String {
-        encoded_set(tier, policies, || Ok(spelled(tier, policies)))
-            .unwrap()
-            .to_string()
+        encoded_set(tier, policies, || spelled(tier, policies)).to_string()
     }
 
     fn policy(name: &str, limit: u64) -> Policy {
@@ -85,9 +80,7 @@ mod tests {
             assert_eq!(cached("", &a), spelled("", &a));
             assert_eq!(cached("pro", &a), spelled("pro", &a));
         }
-        // Another name or another order is another set; an error caches nothing.
-        let err = encoded_set("x", &a, || Err(BackendError::InvalidRequest("no".into())));
-        assert!(err.is_err());
+        // Another name or another order is another set.
         assert_eq!(cached("x", &a), spelled("x", &a));
         let renamed = [policy("a", 10), policy("c", 20)];
         assert_eq!(cached("", &renamed), spelled("", &renamed));
