@@ -20,8 +20,8 @@ use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Attempt, Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
 use crate::library::Scripts;
-use crate::wire::{array, check_args, parse_config, parse_reply, Op, Sets};
 use crate::target::Target;
+use crate::wire::{array, check_args, parse_config, parse_reply, Op, Sets};
 
 /// The least TTL of a key written with an explicit (simulation) time: 10 minutes. Trace
 /// times are not the server's time, so a TTL derived from them could expire state mid-run.
@@ -385,21 +385,23 @@ impl<C: Clock> RedisBackend<C> {
         }
     }
 
+    /// A single node's health entry, looked up once.
+    fn single_node(&self) -> &Arc<NodeHealth> {
+        let inner = &*self.inner;
+        inner
+            .single_health
+            .get_or_init(|| inner.health.node(&inner.node))
+    }
+
     /// A check of the client whose state string is `key`, with the failure handling.
     async fn run(self, key: String, limits: Limits, cost: u64, now_ms: Option<u64>) -> CheckResult {
         let inner = &*self.inner;
         let master;
         let (node, cluster) = match &inner.target {
-            Target::Single(_) => (
-                inner
-                    .single_health
-                    .get_or_init(|| inner.health.node(&inner.node)),
-                None,
-            ),
+            Target::Single(_) => (self.single_node(), None),
             Target::Cluster(c) => {
                 // Every key of a client is in the slot of its hash tag.
-                let slot = slot_of(key.as_bytes());
-                master = inner.health.node(&c.node_of(slot));
+                master = inner.health.node(&c.node_of(slot_of(key.as_bytes())));
                 (&master, Some(c))
             }
         };
