@@ -32,10 +32,10 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use clap::Parser;
 use http::Request;
-use turnstile::config::LayerConfig;
-use turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
-use turnstile::wrap::DenyCache;
-use turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
+use tower_turnstile::config::LayerConfig;
+use tower_turnstile::key::{HeaderKey, KeyError, KeyExtractor, PeerIp};
+use tower_turnstile::wrap::DenyCache;
+use tower_turnstile::{Algorithm, FailurePolicy, Policy, RateLimitLayer};
 use turnstile_redis::{RedisBackend, RedisBackendBuilder};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited through Redis.
@@ -94,11 +94,11 @@ struct Args {
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
     s.parse()
-        .map_err(|e: turnstile::InvalidPolicy| e.to_string())
+        .map_err(|e: tower_turnstile::InvalidPolicy| e.to_string())
 }
 
 fn parse_period(s: &str) -> Result<Duration, String> {
-    turnstile::turnstile_core::policy::parse_duration(s).map_err(|e| e.to_string())
+    tower_turnstile::turnstile_core::policy::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// `ip` or `header:NAME`.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use turnstile::{MemoryBackend, Policy, RateLimitLayer};
+use tower_turnstile::{MemoryBackend, Policy, RateLimitLayer};
 
 /// Serves `GET /` (rate-limited) and `GET /metrics` (Prometheus text) on 127.0.0.1.
 #[derive(Parser, Debug)]
@@ -31,14 +31,14 @@ struct Args {
 pub(crate) fn install_recorder() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
-            Matcher::Full(turnstile::metrics::BACKEND_CHECK_DURATION_SECONDS.to_owned()),
+            Matcher::Full(tower_turnstile::metrics::BACKEND_CHECK_DURATION_SECONDS.to_owned()),
             &[
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1.0,
             ],
         )?
         .install_recorder()?;
-    turnstile::metrics::describe();
+    tower_turnstile::metrics::describe();
     Ok(handle)
 }
 

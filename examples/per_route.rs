@@ -19,9 +19,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use clap::Parser;
 use http::Method;
-use turnstile::key::ClientIp;
-use turnstile::key::IpNet;
-use turnstile::{Policy, RateLimitLayer, Rule};
+use tower_turnstile::key::ClientIp;
+use tower_turnstile::key::IpNet;
+use tower_turnstile::{Policy, RateLimitLayer, Rule};
 
 /// Serves `GET /`, `POST /login` and `GET /healthz` on 127.0.0.1 with per-route limits.
 #[derive(Parser, Debug)]

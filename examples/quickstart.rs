@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use axum::{routing::get, Router};
 use clap::Parser;
-use turnstile::config::{ConfigReload, LayerConfig};
-use turnstile::{MemoryBackend, Policy, RateLimitLayer};
+use tower_turnstile::config::{ConfigReload, LayerConfig};
+use tower_turnstile::{MemoryBackend, Policy, RateLimitLayer};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited to 10 requests per 60 s per client IP.
 #[derive(Parser, Debug)]
@@ -71,7 +71,7 @@ pub(crate) fn app(
 }
 
 /// Reloads the configuration file on each `SIGHUP` (refusals are logged by `reload`).
-async fn reload_on_hangup<B: turnstile::Backend>(reload: ConfigReload<B>) {
+async fn reload_on_hangup<B: tower_turnstile::Backend>(reload: ConfigReload<B>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::{routing::get, Router};
 use clap::Parser;
-use turnstile::{Action, Policy, RateLimitLayer};
+use tower_turnstile::{Action, Policy, RateLimitLayer};
 
 /// Serves `GET /` on 127.0.0.1, shaped by a leaky bucket per client IP.
 #[derive(Parser, Debug)]
@@ -27,13 +27,13 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     limit: u64,
     /// The period: <integer><unit>, unit ms, s, m, h or d.
-    #[arg(long, default_value = "1s", value_parser = turnstile::turnstile_core::policy::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = tower_turnstile::turnstile_core::policy::parse_duration)]
     period: Duration,
     /// Queue capacity in requests (default: the limit).
     #[arg(long)]
     burst: Option<u64>,
     /// The longest a request is held before it is served (or answered 429).
-    #[arg(long, default_value = "2s", value_parser = turnstile::turnstile_core::policy::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = tower_turnstile::turnstile_core::policy::parse_duration)]
     max_wait: Duration,
 }
 

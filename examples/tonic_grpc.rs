@@ -19,9 +19,9 @@ use std::time::Duration;
 use clap::Parser;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
-use turnstile::key::{GrpcMethod, PeerIp};
-use turnstile::wrap::DenyCache;
-use turnstile::{Algorithm, Backend, Policy, RateLimitLayer};
+use tower_turnstile::key::{GrpcMethod, PeerIp};
+use tower_turnstile::wrap::DenyCache;
+use tower_turnstile::{Algorithm, Backend, Policy, RateLimitLayer};
 use turnstile_redis::RedisBackend;
 
 /// Serves helloworld.Greeter on 127.0.0.1, rate-limited per method and peer IP.
@@ -41,7 +41,7 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     limit: u64,
     /// The period: <integer><unit>, unit ms, s, m, h or d.
-    #[arg(long, default_value = "60s", value_parser = turnstile::turnstile_core::policy::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = tower_turnstile::turnstile_core::policy::parse_duration)]
     period: Duration,
     /// Bucket capacity (bucket algorithms only; default: the limit).
     #[arg(long)]

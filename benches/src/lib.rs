@@ -10,7 +10,7 @@ use axum::{routing::get, Router};
 use clap::ValueEnum;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
-use turnstile::{Policy, RateLimitLayer};
+use tower_turnstile::{Policy, RateLimitLayer};
 
 /// Which stack serves `GET /`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -35,7 +35,7 @@ fn listed(krate: &str) -> Vec<String> {
 #[test]
 fn every_package_carries_its_licenses_and_readme() {
     for krate in [
-        "turnstile",
+        "tower-turnstile",
         "turnstile-core",
         "turnstile-redis",
         "turnstile-cli",

@@ -123,7 +123,7 @@ fn no_dependency_needs_a_newer_rust_than_its_crate_declares() {
         .collect();
     let names: BTreeSet<&str> = publishable.iter().map(|c| c.name.as_str()).collect();
     for want in [
-        "turnstile",
+        "tower-turnstile",
         "turnstile-core",
         "turnstile-redis",
         "turnstile-cli",

@@ -12,7 +12,7 @@ mod quickstart;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quickstart_enforces_a_config_file() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/turnstile.toml");
-    let config = turnstile::config::LayerConfig::from_file(path).unwrap();
+    let config = tower_turnstile::config::LayerConfig::from_file(path).unwrap();
     let addr = serve(quickstart::app(Some((std::path::Path::new(path), &config))).unwrap()).await;
     let mut statuses = Vec::new();
     for _ in 0..11 {

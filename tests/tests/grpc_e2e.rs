@@ -10,13 +10,13 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::Code;
 use tonic_types::StatusExt;
-use turnstile::key::{GrpcMethod, PeerIp};
-use turnstile::{Backend, FailurePolicy, MemoryBackend, Policy, RateLimitLayer, Rule};
+use tower_turnstile::key::{GrpcMethod, PeerIp};
+use tower_turnstile::{Backend, FailurePolicy, MemoryBackend, Policy, RateLimitLayer, Rule};
 
 async fn serve<B, K>(layer: RateLimitLayer<B, K>) -> SocketAddr
 where
-    B: turnstile::Backend,
-    K: turnstile::KeyExtractor,
+    B: tower_turnstile::Backend,
+    K: tower_turnstile::KeyExtractor,
 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -91,7 +91,7 @@ async fn a_call_that_can_never_fit_gets_quota_failure_without_retry_info() {
                 .grpc_service("helloworld.Greeter")
                 .policy("fixed-window:limit=2,period=1m".parse().unwrap()),
         )
-        .cost(|_: &turnstile::key::RequestRef<'_>| 3)
+        .cost(|_: &tower_turnstile::key::RequestRef<'_>| 3)
         .build()
         .unwrap();
     let addr = serve(layer).await;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use turnstile::{Policy, RateLimitLayer};
+use tower_turnstile::{Policy, RateLimitLayer};
 use turnstile_tests::app_server::serve;
 
 #[tokio::test]

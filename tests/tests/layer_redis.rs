@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use turnstile::wrap::DenyCache;
-use turnstile::{Policy, RateLimitLayer};
+use tower_turnstile::wrap::DenyCache;
+use tower_turnstile::{Policy, RateLimitLayer};
 use turnstile_redis::RedisBackend;
 use turnstile_tests::app_server::serve;
 use turnstile_tests::redis_server::TestRedis;
@@ -62,8 +62,8 @@ async fn two_servers_on_one_redis_share_one_limit() {
 #[tokio::test]
 async fn the_requests_tier_yields_to_a_keys_stored_override_and_tier_in_redis() {
     use tower::ServiceExt;
-    use turnstile::key::HeaderKey;
-    use turnstile::{Quotas, RequestTier};
+    use tower_turnstile::key::HeaderKey;
+    use tower_turnstile::{Quotas, RequestTier};
 
     let redis = TestRedis::get();
     let prefix = format!("turnstile-request-tier-test:{}", std::process::id());

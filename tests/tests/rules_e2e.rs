@@ -11,8 +11,8 @@ use http::{Method, Request, StatusCode};
 use http_body_util::Empty;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use turnstile::key::{ClientIp, ForwardedHeader};
-use turnstile::{Action, Policy, RateLimitLayer, Rule};
+use tower_turnstile::key::{ClientIp, ForwardedHeader};
+use tower_turnstile::{Action, Policy, RateLimitLayer, Rule};
 use turnstile_tests::app_server::serve;
 
 fn app(key: ClientIp) -> Router {

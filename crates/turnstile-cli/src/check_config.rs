@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use turnstile::config::LayerConfig;
+use tower_turnstile::config::LayerConfig;
 
 /// The arguments of `turnstile check-config`.
 #[derive(Debug, Args)]

@@ -1,4 +1,4 @@
-//! Client keys from IP addresses, the same everywhere they are derived (the `turnstile`
+//! Client keys from IP addresses, the same everywhere they are derived (the `tower-turnstile`
 //! crate's IP key extractors, `turnstile simulate --format nginx`, `turnstile quota`).
 
 use std::fmt::Write as _;

@@ -1,8 +1,8 @@
 //! Exact rate-limiting decisions for [turnstile]: policies, the six algorithms as pure state
 //! transitions, clocks, the [`Backend`] trait and the in-memory backend.
 //!
-//! Nothing here knows about HTTP or Redis; the `turnstile` crate puts this behind a tower
-//! layer (and re-exports this crate as `turnstile::turnstile_core`), and `turnstile-redis`
+//! Nothing here knows about HTTP or Redis; the `tower-turnstile` crate puts this behind a tower
+//! layer (and re-exports this crate as `tower_turnstile::turnstile_core`), and `turnstile-redis`
 //! runs the same transitions in Redis Lua. Every decision follows the project's
 //! [`SEMANTICS.md`] to the unit: integer arithmetic with the emission interval T = P / L
 //! never rounded, so no drift over any run.

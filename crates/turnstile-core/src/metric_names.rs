@@ -1,20 +1,20 @@
 //! Every metric name, label name and fixed label value turnstile records through the
-//! `metrics` facade, declared once for every crate that records one: the `turnstile` crate,
+//! `metrics` facade, declared once for every crate that records one: the `tower-turnstile` crate,
 //! the in-memory backend (here) and the Redis backend (`turnstile-redis`).
 //!
-//! The `turnstile` crate's `metrics` module re-exports these and describes each metric: its
+//! The `tower-turnstile` crate's `metrics` module re-exports these and describes each metric: its
 //! type, labels, unit and when it is recorded.
 
 /// `turnstile_decisions_total{policy, outcome}` (counter, requests): one per policy per
-/// request the `turnstile` crate checked. Labels [`LABEL_POLICY`] and [`LABEL_OUTCOME`].
+/// request the `tower-turnstile` crate checked. Labels [`LABEL_POLICY`] and [`LABEL_OUTCOME`].
 pub const DECISIONS_TOTAL: &str = "turnstile_decisions_total";
 
 /// `turnstile_backend_check_duration_seconds` (histogram, seconds): the latency of each
-/// backend check, as the `turnstile` crate (the caller) measures it. No labels.
+/// backend check, as the `tower-turnstile` crate (the caller) measures it. No labels.
 pub const BACKEND_CHECK_DURATION_SECONDS: &str = "turnstile_backend_check_duration_seconds";
 
 /// `turnstile_backend_errors_total{kind}` (counter, errors): backend errors that reached the
-/// `turnstile` crate (past any wrapper). Label [`LABEL_KIND`].
+/// `tower-turnstile` crate (past any wrapper). Label [`LABEL_KIND`].
 pub const BACKEND_ERRORS_TOTAL: &str = "turnstile_backend_errors_total";
 
 /// `turnstile_missing_key_total{reason}` (counter, requests): requests whose key could not
@@ -47,7 +47,7 @@ pub const LABEL_OUTCOME: &str = "outcome";
 /// The label of a backend error's kind ([`BackendError::kind`](crate::BackendError::kind)).
 pub const LABEL_KIND: &str = "kind";
 
-/// The label of the reason a request's key is missing (the `turnstile` crate's
+/// The label of the reason a request's key is missing (the `tower-turnstile` crate's
 /// `KeyError::kind`).
 pub const LABEL_REASON: &str = "reason";
 

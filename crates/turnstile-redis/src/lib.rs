@@ -4,7 +4,7 @@
 //! [`RedisBackend`]'s docs say, and the guide to running it in production is
 //! [`docs/redis.md`](https://github.com/turnstile-rs/turnstile/blob/main/docs/redis.md).
 //!
-//! With the tower layer, enable the `redis` feature of `turnstile` (`turnstile::redis` is this
+//! With the tower layer, enable the `redis` feature of `tower-turnstile` (`tower_turnstile::redis` is this
 //! crate) and pass the backend to `RateLimitLayer::backend`. On its own:
 //!
 //! ```toml

@@ -141,7 +141,7 @@ impl IncidentLog {
 
 /// The stable hash a client key is logged under, so logs hold no key itself: FNV-1a (64 bits)
 /// of its bytes, the same on every build, platform and node, shown as 16 hex digits. The
-/// wrappers' warnings show keys so, and so does the `turnstile` crate's default
+/// wrappers' warnings show keys so, and so does the `tower-turnstile` crate's default
 /// `KeyLogging::Hashed`.
 ///
 /// # Examples

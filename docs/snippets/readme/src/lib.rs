@@ -12,7 +12,7 @@ pub struct Readme;
 #[doc = include_str!("../../../../docs/keys-and-rules.md")]
 pub struct KeysAndRules;
 
-/// `crates/turnstile/README.md`.
+/// `crates/tower-turnstile/README.md`.
 #[cfg(doctest)]
-#[doc = include_str!("../../../../crates/turnstile/README.md")]
+#[doc = include_str!("../../../../crates/tower-turnstile/README.md")]
 pub struct TurnstileReadme;
