@@ -43,3 +43,47 @@ impl fmt::Display for InvalidRedisConfig {
 }
 
 impl std::error::Error for InvalidRedisConfig {}
+
+/// A TLS handshake with a Redis node failed (RFC 8446): the server's certificate is not
+/// trusted by the configured CA or trust store, has expired, or names another host; or the
+/// server refused our client certificate. Carried as the source of
+/// [`BackendError::Connection`](turnstile_core::BackendError::Connection), so callers can tell
+/// it apart from a Redis that is down (`error.downcast_ref::<TlsHandshakeError>()`): no retry
+/// fixes it, the TLS settings or the certificates must change.
+#[derive(Clone, Debug)]
+pub struct TlsHandshakeError {
+    node: String,
+    reason: String,
+}
+
+impl TlsHandshakeError {
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn new(node: &str, reason: String) -> Self {
+        TlsHandshakeError {
+            node: node.to_owned(),
+            reason,
+        }
+    }
+
+    /// The node, as [`RedisBackend::node`](crate::RedisBackend::node) names it (no credentials).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// What the TLS library said failed (for example `invalid peer certificate: UnknownIssuer`).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl fmt::Display for TlsHandshakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the TLS handshake with Redis at {} failed: {}",
+            self.node, self.reason
+        )
+    }
+}
+
+impl std::error::Error for TlsHandshakeError {}

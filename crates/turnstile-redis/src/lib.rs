@@ -86,7 +86,7 @@ mod wire;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
 pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT};
-pub use error::InvalidRedisConfig;
+pub use error::{InvalidRedisConfig, TlsHandshakeError};
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use library::{library, FunctionLibrary, ScriptMode};
