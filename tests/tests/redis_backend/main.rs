@@ -16,6 +16,7 @@ use turnstile_core::{FailurePolicy, Quotas};
 use turnstile_redis::{redis, KeyEncoding, RedisBackend, ScriptMode};
 use turnstile_tests::redis_server::{command, command_calls, RedisCluster, RedisServer, TestRedis};
 
+mod coalesce;
 mod parity;
 mod processes;
 mod stored;
