@@ -16,9 +16,21 @@ use super::*;
 
 /// A backend at `url` that coalesces, with at most `evaluations` policy evaluations a call.
 fn coalescing(url: &str, test: &str, evaluations: usize, timeout: Duration) -> RedisBackend {
+    coalescing_with(url, test, evaluations, timeout, ScriptMode::Auto)
+}
+
+/// [`coalescing`] with the script mode `mode`.
+fn coalescing_with(
+    url: &str,
+    test: &str,
+    evaluations: usize,
+    timeout: Duration,
+    mode: ScriptMode,
+) -> RedisBackend {
     RedisBackend::builder(url)
         .prefix(prefix(test))
         .timeout(timeout)
+        .script_mode(mode)
         .coalesce(true)
         .batch_evaluations(evaluations)
         .build()
@@ -79,6 +91,8 @@ struct Case {
     /// 0: none; 1: the key's tier "pro"; 2 + i: an override of set i.
     config: usize,
     evaluations: usize,
+    /// `EVALSHA` (the batch script) rather than `FCALL` (the library's batch function).
+    eval: bool,
     rounds: Vec<(u64, Vec<u64>)>,
 }
 
@@ -92,12 +106,14 @@ fn case() -> impl Strategy<Value = Case> {
         0..n,
         prop_oneof![2 => Just(0usize), 1 => Just(1usize), 2 => 2..2 + n],
         prop::sample::select(vec![1usize, 2, 3, 5, 128]),
+        any::<bool>(),
         prop::collection::vec(round, 1..6),
     )
-        .prop_map(|(set, config, evaluations, rounds)| Case {
+        .prop_map(|(set, config, evaluations, eval, rounds)| Case {
             set,
             config,
             evaluations,
+            eval,
             rounds,
         })
 }
@@ -133,11 +149,17 @@ fn a_coalesced_batch_decides_as_the_same_checks_one_by_one() {
     runner
         .run(&case(), |case| {
             let n = case_no.fetch_add(1, Ordering::Relaxed);
-            let batched = coalescing(
+            let mode = if case.eval {
+                ScriptMode::Eval
+            } else {
+                ScriptMode::Auto
+            };
+            let batched = coalescing_with(
                 &url,
                 "coalesce-batched",
                 case.evaluations,
                 Duration::from_secs(5),
+                mode,
             );
             let limits = Limits::new(sets[case.set].clone())
                 .unwrap()
@@ -195,22 +217,7 @@ fn four_coalescing_processes_on_one_key_admit_exactly_the_limit() {
                 .unwrap()
         })
         .collect();
-    let (mut admitted, mut denied, mut errors) = (0, 0, 0);
-    for child in procs {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        let line = String::from_utf8(out.stdout).unwrap();
-        for part in line.split_whitespace() {
-            let (k, v) = part.split_once('=').unwrap();
-            let v: u64 = v.parse().unwrap();
-            match k {
-                "admitted" => admitted += v,
-                "denied" => denied += v,
-                "errors" => errors += v,
-                _ => panic!("unexpected output {line}"),
-            }
-        }
-    }
+    let (admitted, denied, errors) = hammer_totals(procs);
     assert_eq!(errors, 0);
     assert_eq!((admitted, denied), (2_000, 560));
     // The processes shared calls: fewer script calls than the 2,560 decisions (those denied
@@ -266,4 +273,31 @@ async fn a_batch_that_times_out_leaves_nothing_charged_for_the_checks_it_failed(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_checks_on_a_cluster_admit_exactly_the_limit_in_shared_calls() {
+    let cluster = RedisCluster::start(3);
+    let b = coalescing(
+        &cluster.urls(),
+        "coalesce-cluster",
+        128,
+        Duration::from_secs(5),
+    );
+    let limits = Limits::new(vec![p("gcra:limit=50,period=1h,name=c")]).unwrap();
+    // Keys on different masters; 80 concurrent checks of each.
+    for key in ["alpha", "beta", "gamma"] {
+        let checks = (0..80)
+            .map(|_| b.check_limits(key, &limits, 1, None))
+            .collect();
+        let admitted = in_order(checks)
+            .await
+            .into_iter()
+            .filter(|r| r.as_ref().unwrap().allowed())
+            .count();
+        assert_eq!(admitted, 50, "{key}");
+    }
+    let stats = b.stats();
+    assert!(stats.batches >= 3, "{stats:?}");
+    assert!(stats.redis_calls < stats.checks, "{stats:?}");
 }
