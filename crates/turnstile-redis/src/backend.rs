@@ -16,7 +16,7 @@ use turnstile_core::{
 
 use crate::call::{Call, Which};
 use crate::cluster::{slot_of, ClusterConn};
-use crate::coalesce::{wait, Joined, Lanes, Lead, Pair};
+use crate::coalesce::{Lanes, Pair};
 use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Attempt, Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
@@ -440,65 +440,6 @@ impl<C: Clock> RedisBackend<C> {
         Ok((attempt, cluster))
     }
 
-    /// A check of `pair` (the client's state string, its limits, its time) with the failure
-    /// handling: sent at once when no call of the pair is in flight, else (coalescing on)
-    /// queued for the next call of the pair (see `coalesce.rs`).
-    async fn run(self, pair: Arc<Pair>, cost: u64) -> CheckResult {
-        let inner = &*self.inner;
-        let (attempt, cluster) = self.begin(&pair.key)?;
-        let deadline = Instant::now() + inner.timeout;
-        // The probe of a node counted down goes alone.
-        let lead = match &inner.lanes {
-            Some(lanes) if !attempt.is_probe() => match lanes.join(&pair, cost, deadline) {
-                Joined::Lead(hash) => Some(Lead::new(self.clone(), hash, Arc::clone(&pair))),
-                Joined::Wait(ticket) => {
-                    attempt.release();
-                    return wait(ticket, deadline, || self.timed_out().error).await;
-                }
-                Joined::Alone => None,
-            },
-            _ => None,
-        };
-        let started = inner.target.generation();
-        // The call runs to its end even when the caller stops waiting: a script Redis runs
-        // after the timeout may have charged a request the caller refused or decided
-        // elsewhere, and is then refunded (a request is never charged for nothing).
-        let this = self.clone();
-        let mut call = Box::pin(async move {
-            let tiers = tier_list(&pair.limits);
-            let result = this
-                .call_on_node(
-                    &pair.key,
-                    sets(&pair.limits, &tiers),
-                    Op::Check,
-                    cost,
-                    pair.now_ms,
-                    deadline,
-                )
-                .await;
-            (result, this, pair)
-        });
-        let result = match tokio::time::timeout_at(deadline, &mut call).await {
-            Ok((result, ..)) => result,
-            Err(_) => {
-                tokio::spawn(Self::finish_late(call, cost));
-                Err(self.timed_out())
-            }
-        };
-        // The pair's next call may go (its checks queued meanwhile, together).
-        drop(lead);
-        match result {
-            Ok((_, decision)) => {
-                attempt.answered();
-                Ok(decision)
-            }
-            Err(failed) => {
-                self.settle(attempt, failed.fault, started, cluster);
-                Err(failed.error)
-            }
-        }
-    }
-
     /// What a call that began at connection generation `started` and failed with `fault`
     /// tells about its node: its health, and whether its connection is replaced.
     pub(crate) fn settle(
@@ -526,22 +467,6 @@ impl<C: Clock> RedisBackend<C> {
             attempt.release();
         } else {
             attempt.answered();
-        }
-    }
-
-    /// Awaits a check its caller gave up on, for at most [`LATE_REPLY_WAIT`], and refunds
-    /// what it charged.
-    async fn finish_late(
-        call: Pin<Box<impl Future<Output = (Result<(u64, Decision), Failed>, Self, Arc<Pair>)>>>,
-        cost: u64,
-    ) {
-        let Ok((late, this, pair)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await else {
-            return;
-        };
-        if let Ok((_, decision)) = late {
-            if decision.allowed() && cost > 0 {
-                this.refund_late(&pair, cost).await;
-            }
         }
     }
 }

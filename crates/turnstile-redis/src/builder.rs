@@ -75,7 +75,7 @@ impl RedisBackend<SystemClock> {
             health: HealthConfig::default(),
             tls: TlsFiles::default(),
             script_mode: ScriptMode::Auto,
-            coalesce: false,
+            coalesce: true,
             batch_evaluations: DEFAULT_BATCH_EVALUATIONS,
             clock: SystemClock,
         }
@@ -156,7 +156,7 @@ impl<C> RedisBackendBuilder<C> {
         self
     }
 
-    /// Whether concurrent checks of one client key share Redis calls (default `false`).
+    /// Whether concurrent checks of one client key share Redis calls (default `true`).
     ///
     /// While a check of a client key (with given limits and time) is in flight from this
     /// backend, further checks of the same key and limits wait for it and are then sent

@@ -13,24 +13,16 @@
 //! health counts a call, not its checks.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use turnstile_core::policy::MAX_EXACT;
-use turnstile_core::{BackendError, BoxError, CheckResult, Clock, Limits};
+use turnstile_core::{BackendError, BoxError, CheckResult, Limits};
 
-use crate::backend::{min_ttl, sets, tier_list, RedisBackend, LATE_REPLY_WAIT};
-use crate::call::{Call, Which};
-use crate::fault::{Failed, Fault};
 use crate::health::NodeDown;
 use crate::server::UnsupportedRedisVersion;
 use crate::wire::reply::Decided;
-use crate::wire::{array, batch_args, parse_batch, Op};
 
 /// What checks share a call: one client key's state string, with the same limits, at the
 /// same time.
@@ -58,10 +50,10 @@ impl Pair {
 /// A check waiting in a lane.
 #[derive(Debug)]
 pub(crate) struct Member {
-    cost: u64,
+    pub(crate) cost: u64,
     /// When its caller stops waiting (its arrival and the timeout).
-    deadline: Instant,
-    tx: oneshot::Sender<CheckResult>,
+    pub(crate) deadline: Instant,
+    pub(crate) tx: oneshot::Sender<CheckResult>,
 }
 
 impl Member {
@@ -168,7 +160,7 @@ impl Lanes {
 
     /// The lead's call of `pair` (lane `hash`) ended: the lane goes when nothing waits;
     /// returns whether checks wait (a driver must send them).
-    fn release(&self, hash: u64, pair: &Arc<Pair>) -> bool {
+    pub(crate) fn release(&self, hash: u64, pair: &Arc<Pair>) -> bool {
         let mut shard = self.shard(hash);
         match shard.get(&hash) {
             Some(lane) if Arc::ptr_eq(&lane.pair, pair) => {
@@ -187,7 +179,12 @@ impl Lanes {
     /// before, first in line), then the queue's oldest, as many as the budget holds; those
     /// whose callers gave up are dropped unsent (a dropped check's caller gets a timeout).
     /// `None`, and the lane goes, when none is left.
-    fn next(&self, hash: u64, pair: &Arc<Pair>, mut carried: Vec<Member>) -> Option<Vec<Member>> {
+    pub(crate) fn next(
+        &self,
+        hash: u64,
+        pair: &Arc<Pair>,
+        mut carried: Vec<Member>,
+    ) -> Option<Vec<Member>> {
         let most = (self.evaluations / pair.policies_per_check()).max(1);
         let now = Instant::now();
         carried.retain(|m| m.waiting(now));
@@ -212,46 +209,10 @@ impl Lanes {
 
     /// No runtime is left to drive the lane of `pair` (`hash`): it goes, and its checks
     /// with it (their callers get timeouts).
-    fn abandon(&self, hash: u64, pair: &Arc<Pair>) {
+    pub(crate) fn abandon(&self, hash: u64, pair: &Arc<Pair>) {
         let mut shard = self.shard(hash);
         if shard.get(&hash).is_some_and(|l| Arc::ptr_eq(&l.pair, pair)) {
             shard.remove(&hash);
-        }
-    }
-}
-
-/// The lead of a lane: while it lives, the pair's checks queue; dropped (its call ended,
-/// timed out, or its caller stopped waiting), it lets the queue go (a driver task sends it).
-pub(crate) struct Lead<C: Clock> {
-    backend: RedisBackend<C>,
-    hash: u64,
-    pair: Arc<Pair>,
-}
-
-impl<C: Clock> Lead<C> {
-    pub(crate) fn new(backend: RedisBackend<C>, hash: u64, pair: Arc<Pair>) -> Self {
-        Lead {
-            backend,
-            hash,
-            pair,
-        }
-    }
-}
-
-impl<C: Clock> Drop for Lead<C> {
-    fn drop(&mut self) {
-        let Some(lanes) = &self.backend.inner.lanes else {
-            return;
-        };
-        if lanes.release(self.hash, &self.pair) {
-            let driver = self
-                .backend
-                .clone()
-                .drive(self.hash, Arc::clone(&self.pair));
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => drop(rt.spawn(driver)),
-                Err(_) => lanes.abandon(self.hash, &self.pair),
-            }
         }
     }
 }
@@ -276,7 +237,7 @@ pub(crate) async fn wait(
 }
 
 /// Whether `outcome` charged a check of `cost`: admitted, for a cost above 0.
-fn charged(outcome: &Decided, cost: u64) -> bool {
+pub(crate) fn charged(outcome: &Decided, cost: u64) -> bool {
     cost > 0 && matches!(outcome, Ok((_, d)) if d.allowed())
 }
 
@@ -309,7 +270,7 @@ fn copy_source(source: &BoxError) -> BoxError {
 }
 
 /// Fails every check of `members` with `error` (each its own copy).
-fn fail_all(members: Vec<Member>, error: BackendError) {
+pub(crate) fn fail_all(members: Vec<Member>, error: BackendError) {
     let mut members = members.into_iter().peekable();
     let mut error = Some(error);
     while let Some(m) = members.next() {
@@ -320,169 +281,5 @@ fn fail_all(members: Vec<Member>, error: BackendError) {
         if let Some(e) = e {
             let _ = m.tx.send(Err(e));
         }
-    }
-}
-
-/// A batch call in flight: its outcome, and what a late reply's refunds need.
-type BatchCall<C> = (
-    Result<Vec<Decided>, Failed>,
-    RedisBackend<C>,
-    Arc<Pair>,
-    Vec<u64>,
-);
-
-impl<C: Clock> RedisBackend<C> {
-    /// Sends the queue of `pair` (lane `hash`), one call at a time, until it is empty.
-    async fn drive(self, hash: u64, pair: Arc<Pair>) {
-        let Some(lanes) = &self.inner.lanes else {
-            return;
-        };
-        let mut carried = Vec::new();
-        while let Some(members) = lanes.next(hash, &pair, carried) {
-            carried = self.batch_round(&pair, members).await;
-        }
-    }
-
-    /// One call for the checks `members` of `pair`, in their order, with the failure
-    /// handling of a lone check: node health counts the call once, and it times out at the
-    /// last of the checks' deadlines (each check's caller stops waiting at its own). Each
-    /// check is told its outcome; an admitted one whose caller gave up is refunded. Returns
-    /// the checks the call did not decide (beyond its budget), first in line for the next.
-    async fn batch_round(&self, pair: &Arc<Pair>, members: Vec<Member>) -> Vec<Member> {
-        let (attempt, cluster) = match self.begin(&pair.key) {
-            Ok(begun) => begun,
-            Err(e) => {
-                fail_all(members, e);
-                return Vec::new();
-            }
-        };
-        let started = self.inner.target.generation();
-        let deadline = members.iter().map(|m| m.deadline).max();
-        let deadline = deadline.unwrap_or_else(Instant::now);
-        let costs: Vec<u64> = members.iter().map(|m| m.cost).collect();
-        let (this, p) = (self.clone(), Arc::clone(pair));
-        // As for a lone check, the call runs to its end even when every caller stops waiting:
-        // what a late reply charged is refunded.
-        let mut call = Box::pin(async move {
-            let outcome = this.call_batch_on_node(&p, &costs, deadline).await;
-            (outcome, this, p, costs)
-        });
-        match tokio::time::timeout_at(deadline, &mut call).await {
-            Ok((Ok(decided), ..)) => {
-                attempt.answered();
-                self.deliver(pair, members, decided)
-            }
-            Ok((Err(failed), ..)) => {
-                self.settle(attempt, failed.fault, started, cluster);
-                fail_all(members, failed.error);
-                Vec::new()
-            }
-            Err(_) => {
-                tokio::spawn(Self::finish_late_batch(call));
-                let failed = self.timed_out();
-                self.settle(attempt, failed.fault, started, cluster);
-                fail_all(members, failed.error);
-                Vec::new()
-            }
-        }
-    }
-
-    /// Tells each of `members` its outcome in `decided` (in order; fewer when the call left
-    /// some undecided, which are returned), and refunds those admitted whose callers gave up.
-    fn deliver(
-        &self,
-        pair: &Arc<Pair>,
-        members: Vec<Member>,
-        decided: Vec<Decided>,
-    ) -> Vec<Member> {
-        let mut members = members.into_iter();
-        let mut refunds = Vec::new();
-        for (outcome, m) in decided.into_iter().zip(members.by_ref()) {
-            let charged = charged(&outcome, m.cost);
-            if m.tx.send(outcome.map(|(_, d)| d)).is_err() && charged {
-                refunds.push(m.cost);
-            }
-        }
-        if !refunds.is_empty() {
-            tokio::spawn(self.clone().refund_each(Arc::clone(pair), refunds));
-        }
-        members.collect()
-    }
-
-    /// Refunds each of `costs` to `pair`, one after the other.
-    async fn refund_each(self, pair: Arc<Pair>, costs: Vec<u64>) {
-        for cost in costs {
-            self.refund_late(&pair, cost).await;
-        }
-    }
-
-    /// Awaits a batch call every caller gave up on, for at most [`LATE_REPLY_WAIT`], and
-    /// refunds each check it admitted.
-    async fn finish_late_batch(call: Pin<Box<impl Future<Output = BatchCall<C>>>>) {
-        let Ok((late, this, pair, costs)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await
-        else {
-            return;
-        };
-        if let Ok(decided) = late {
-            let refunds = decided
-                .iter()
-                .zip(&costs)
-                .filter(|(outcome, cost)| charged(outcome, **cost))
-                .map(|(_, cost)| *cost)
-                .collect();
-            this.refund_each(pair, refunds).await;
-        }
-    }
-
-    /// One call deciding the checks of `costs` (in order) of `pair`: the check function's for
-    /// one, the batch function's for more. Returns the outcomes of those it decided (at least
-    /// the first); nothing is sent after `deadline`.
-    async fn call_batch_on_node(
-        &self,
-        pair: &Pair,
-        costs: &[u64],
-        deadline: Instant,
-    ) -> Result<Vec<Decided>, Failed> {
-        let inner = &*self.inner;
-        let tiers = tier_list(&pair.limits);
-        let sets = sets(&pair.limits, &tiers);
-        if let [cost] = costs {
-            let one = self.call_on_node(&pair.key, sets, Op::Check, *cost, pair.now_ms, deadline);
-            return Ok(vec![Ok(one.await?)]);
-        }
-        if pair.now_ms.is_some_and(|t| t > MAX_EXACT) {
-            return Err(Failed::local(BackendError::InvalidRequest(
-                "the time must be at most 2^53 − 1 ms".into(),
-            )));
-        }
-        let mut inv = Call::new(Which::Batch, inner.scripts.function(Which::Batch), 1);
-        inv.key(&pair.key);
-        let budget = inner.lanes.as_ref().map_or(1, Lanes::evaluations);
-        batch_args(
-            &mut inv,
-            sets,
-            costs,
-            budget,
-            pair.now_ms,
-            min_ttl(pair.now_ms),
-        );
-        let stats = &inner.stats;
-        stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        stats.batches.fetch_add(1, Ordering::Relaxed);
-        stats
-            .checks
-            .fetch_add(costs.len() as u64, Ordering::Relaxed);
-        let reply: redis::Value = inner.target.invoke(&inv, &pair.key, deadline).await?;
-        let request = |error| Failed {
-            error,
-            fault: Fault::Request,
-        };
-        parse_batch(
-            &array(reply, "batch").map_err(request)?,
-            sets,
-            costs.len(),
-            &inner.node,
-        )
-        .map_err(request)
     }
 }

@@ -73,6 +73,7 @@ mod cluster;
 mod coalesce;
 mod conn;
 mod connector;
+mod dispatch;
 mod error;
 mod fault;
 mod health;

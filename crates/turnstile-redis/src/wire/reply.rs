@@ -380,6 +380,39 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_reply_is_each_checks_reply_after_its_length_or_its_own_error() {
+        let a = Policy::fixed_window(3, Duration::from_secs(60))
+            .unwrap()
+            .with_name("a")
+            .unwrap();
+        let defaults = [a];
+        let sets = Sets {
+            defaults: &defaults,
+            tiers: &[],
+            unconfigured: Unconfigured::Defaults,
+        };
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let i = Value::Int;
+        // Two compact replies (-1 - now, then retry, remaining, reset), an error between.
+        let one = |left| [i(4), i(-8), i(0), i(left), i(60_000)];
+        let mut reply = one(2).to_vec();
+        reply.extend([i(-1), s("TURNSTILE_STATE bad state at k")]);
+        reply.extend(one(1));
+        let got = parse_batch(&reply, sets, 3, "n").unwrap();
+        assert_eq!(got.len(), 3);
+        let (now, d) = got[0].as_ref().unwrap();
+        assert_eq!((*now, d.remaining()), (7, 2));
+        assert!(got[1].is_err());
+        assert_eq!(got[2].as_ref().unwrap().1.remaining(), 1);
+        // Fewer decided than sent: the first ones; more, or lengths that do not add up, or
+        // none: the call's error.
+        assert_eq!(parse_batch(&reply, sets, 4, "n").unwrap().len(), 3);
+        assert!(parse_batch(&reply, sets, 2, "n").is_err());
+        assert!(parse_batch(&reply[..4], sets, 3, "n").is_err());
+        assert!(parse_batch(&[], sets, 3, "n").is_err());
+    }
+
+    #[test]
     fn a_compact_reply_gives_the_callers_own_policies_their_results_in_order() {
         // applied 2 (a tier): no parameters or names, only each policy's result, in the
         // order the call sent the tier's policies: a token bucket's retry, remaining and
