@@ -15,6 +15,10 @@ pub enum InvalidRedisConfig {
     Prefix(String),
     /// The failure threshold was 0 (see [`RedisBackendBuilder::failure_threshold`](crate::RedisBackendBuilder::failure_threshold)).
     FailureThreshold(u32),
+    /// The most policy evaluations per call of coalesced checks was 0 or above
+    /// [`MAX_BATCH_EVALUATIONS`](crate::MAX_BATCH_EVALUATIONS) (see
+    /// [`RedisBackendBuilder::batch_evaluations`](crate::RedisBackendBuilder::batch_evaluations)).
+    BatchEvaluations(usize),
     /// The TLS settings cannot work: a `rediss://` URL without the `tls` feature; a CA file
     /// or client certificate without a `rediss://` URL (Sentinel URLs included: TLS through
     /// Sentinel is not supported); `rediss://` and `redis://` nodes mixed; a CA file with
@@ -36,6 +40,11 @@ impl fmt::Display for InvalidRedisConfig {
             InvalidRedisConfig::FailureThreshold(n) => write!(
                 f,
                 "invalid failure threshold {n}: a node counts as down after at least 1 failed round"
+            ),
+            InvalidRedisConfig::BatchEvaluations(n) => write!(
+                f,
+                "invalid batch evaluations {n}: a call of coalesced checks makes from 1 to {} policy evaluations",
+                crate::MAX_BATCH_EVALUATIONS
             ),
             InvalidRedisConfig::Tls(e) => write!(f, "invalid Redis TLS settings: {e}"),
         }
