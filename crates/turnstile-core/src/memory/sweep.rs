@@ -9,7 +9,8 @@
 )]
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use foldhash::fast::RandomState;
 
@@ -169,7 +170,63 @@ impl Shard {
     }
 }
 
+/// The sweeper a backend starts by itself
+/// ([`MemoryBackendBuilder::sweep_every`](crate::MemoryBackendBuilder::sweep_every)): its
+/// interval, whether it has started, and how to start it (made where the clock is known to be
+/// a [`Clock`], so that the check paths need not be).
+pub(super) struct AutoSweep<C> {
+    every: Option<Duration>,
+    started: AtomicBool,
+    start: fn(&MemoryBackend<C>, Duration) -> bool,
+}
+
+impl<C: Clock> AutoSweep<C> {
+    /// A sweeper every `every` (`None`: none).
+    pub(super) fn new(every: Option<Duration>) -> Self {
+        AutoSweep {
+            every,
+            started: AtomicBool::new(false),
+            start: start_sweeper::<C>,
+        }
+    }
+}
+
+/// Starts `backend`'s sweeper on the current tokio runtime; `false` when there is none.
+fn start_sweeper<C: Clock>(_backend: &MemoryBackend<C>, _every: Duration) -> bool {
+    #[cfg(feature = "tokio")]
+    return _backend.spawn_sweeper(_every).is_ok();
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
 impl<C> MemoryBackend<C> {
+    /// Starts the backend's own sweeper, if it has one that has not started: called as a key
+    /// is added (never on a check of a key already tracked). One load when it has started.
+    #[inline]
+    pub(super) fn start_sweeper_once(&self) {
+        let auto = &self.inner.auto_sweep;
+        if let Some(every) = auto.every {
+            if !auto.started.load(Ordering::Relaxed) {
+                self.start_sweeper_now(every);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn start_sweeper_now(&self, every: Duration) {
+        let auto = &self.inner.auto_sweep;
+        // One thread starts it; outside a runtime it is left for a later key.
+        if auto
+            .started
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+            && !(auto.start)(self, every)
+        {
+            auto.started.store(false, Ordering::Release);
+        }
+    }
+
     /// Every 16th check of a thread looks at a few entries of the next shard in its
     /// round-robin, if some key there may have expired and the shard is free right now
     /// (never waiting, never holding another lock): keys expire from every shard while any
@@ -309,11 +366,12 @@ impl<C: Clock> MemoryBackend<C> {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| SpawnSweeperError::NoRuntime)?;
         let backend = std::sync::Arc::downgrade(&self.inner);
+        // The first sweep is `every` after this call (not after the task first runs, which
+        // may be later): nothing can have expired before. (This thread is in the runtime's
+        // context, which the timer needs.)
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(runtime.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            // The first tick is at once: nothing can have expired yet.
-            tick.tick().await;
             loop {
                 tick.tick().await;
                 let Some(inner) = backend.upgrade() else {
