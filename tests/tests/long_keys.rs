@@ -212,7 +212,11 @@ async fn the_backends_refuse_long_keys_with_a_typed_error() {
     let p: Policy = "gcra:limit=1,period=1s".parse().unwrap();
     let memory = MemoryBackend::builder().max_key_bytes(1024).build();
     assert_eq!(memory.max_key_bytes(), 1024);
-    assert!(memory.check(&key, &[p.clone()], 1).await.unwrap().allowed());
+    assert!(memory
+        .check(&key, std::slice::from_ref(&p), 1)
+        .await
+        .unwrap()
+        .allowed());
     let in_redis = RedisBackend::builder(redis.url())
         .prefix("turnstile:test-long-keys-api")
         .max_key_bytes(1024)
@@ -228,7 +232,7 @@ async fn refuses_long_keys<B: Quotas>(backend: B) {
     assert_eq!(backend.max_key_bytes(), DEFAULT_MAX_KEY_BYTES);
     let at_cap = "k".repeat(DEFAULT_MAX_KEY_BYTES);
     assert!(backend
-        .check(&at_cap, &[p.clone()], 1)
+        .check(&at_cap, std::slice::from_ref(&p), 1)
         .await
         .unwrap()
         .allowed());
@@ -242,10 +246,15 @@ async fn refuses_long_keys<B: Quotas>(backend: B) {
             );
             assert_eq!(e.kind(), "key_too_long");
         };
-        too_long(backend.check(&key, &[p.clone()], 1).await.unwrap_err());
         too_long(
             backend
-                .check_at(&key, &[p.clone()], 1, 0)
+                .check(&key, std::slice::from_ref(&p), 1)
+                .await
+                .unwrap_err(),
+        );
+        too_long(
+            backend
+                .check_at(&key, std::slice::from_ref(&p), 1, 0)
                 .await
                 .unwrap_err(),
         );
@@ -253,7 +262,12 @@ async fn refuses_long_keys<B: Quotas>(backend: B) {
         too_long(backend.reset(&key, &limits, None).await.unwrap_err());
         too_long(backend.refund(&key, &limits, 1, None).await.unwrap_err());
         too_long(backend.config(&key).await.unwrap_err());
-        too_long(backend.set_override(&key, &[p.clone()]).await.unwrap_err());
+        too_long(
+            backend
+                .set_override(&key, std::slice::from_ref(&p))
+                .await
+                .unwrap_err(),
+        );
         too_long(backend.remove_override(&key).await.unwrap_err());
         too_long(backend.set_tier(&key, Some("pro")).await.unwrap_err());
         too_long(backend.clear_config(&key).await.unwrap_err());
