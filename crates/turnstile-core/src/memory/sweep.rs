@@ -178,6 +178,10 @@ pub(super) struct AutoSweep<C> {
     every: Option<Duration>,
     started: AtomicBool,
     start: fn(&MemoryBackend<C>, Duration) -> bool,
+    /// Whether timed sweeps also drop keys checked at explicit times, by the clock: set for a
+    /// local fallback, whose explicit times are its clock's readings.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    explicit_by_clock: AtomicBool,
 }
 
 impl<C: Clock> AutoSweep<C> {
@@ -187,6 +191,7 @@ impl<C: Clock> AutoSweep<C> {
             every,
             started: AtomicBool::new(false),
             start: start_sweeper::<C>,
+            explicit_by_clock: AtomicBool::new(false),
         }
     }
 }
@@ -200,6 +205,17 @@ fn start_sweeper<C: Clock>(_backend: &MemoryBackend<C>, _every: Duration) -> boo
 }
 
 impl<C> MemoryBackend<C> {
+    /// Makes timed sweeps ([`MemoryBackend::spawn_sweeper`], the backend's own) drop keys
+    /// checked at explicit times too, once the clock is past their expiry: for the local
+    /// fallback, which checks at times its clock gave (so that a decision and its bookkeeping
+    /// share one reading), and whose keys would otherwise wait for traffic.
+    pub(crate) fn sweep_explicit_times_by_clock(&self) {
+        self.inner
+            .auto_sweep
+            .explicit_by_clock
+            .store(true, Ordering::Relaxed);
+    }
+
     /// Starts the backend's own sweeper, if it has one that has not started: called as a key
     /// is added (never on a check of a key already tracked). One load when it has started.
     #[inline]
@@ -331,8 +347,26 @@ impl<C: Clock> MemoryBackend<C> {
         self.sweep_all(|expires_ms, explicit| !explicit && expires_ms <= now_ms)
     }
 
+    /// One sweep of the timer: [`MemoryBackend::sweep_expired`], or for a local fallback
+    /// every key expired by the clock.
+    #[cfg(feature = "tokio")]
+    fn timed_sweep(&self) -> usize {
+        if self
+            .inner
+            .auto_sweep
+            .explicit_by_clock
+            .load(Ordering::Relaxed)
+        {
+            self.purge_expired(self.inner.clock.now_ms())
+        } else {
+            self.sweep_expired()
+        }
+    }
+
     /// Spawns a task on the current tokio runtime that calls
-    /// [`MemoryBackend::sweep_expired`] every `every`, so expired keys go (and their memory
+    /// [`MemoryBackend::sweep_expired`] every `every` (for the local fallback of
+    /// [`Fallback`](crate::wrap::Fallback), whose checks are at its clock's times, it drops
+    /// every key the clock says has expired), so expired keys go (and their memory
     /// with them) even when no request comes. The task ends by itself once every clone of
     /// the backend is dropped; abort the handle to end it sooner. Each pass scans every key
     /// once, one shard locked at a time: an interval of a second or more suits most
@@ -377,7 +411,7 @@ impl<C: Clock> MemoryBackend<C> {
                 let Some(inner) = backend.upgrade() else {
                     break;
                 };
-                MemoryBackend { inner }.sweep_expired();
+                MemoryBackend { inner }.timed_sweep();
             }
         }))
     }

@@ -181,6 +181,8 @@ impl<B, C> Fallback<B, C> {
         unknown: Share,
     ) -> Self {
         let max_keys = local.max_keys().unwrap_or(DEFAULT_FALLBACK_MAX_KEYS);
+        // Its checks are at its clock's readings: a timed sweep may drop them by the clock.
+        local.sweep_explicit_times_by_clock();
         Fallback {
             inner,
             shared: Arc::new(Shared {
