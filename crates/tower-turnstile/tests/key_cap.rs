@@ -9,7 +9,9 @@ use http_body_util::BodyExt;
 use support::{hello, p};
 use tower::{service_fn, Layer, ServiceExt};
 use tower_turnstile::key::HeaderKey;
-use tower_turnstile::{InvalidLayer, MemoryBackend, MissingKey, RateLimitLayer};
+use tower_turnstile::{
+    Backend, InvalidLayer, KeyExtractor, MemoryBackend, MissingKey, RateLimitLayer,
+};
 
 /// A request keyed by `x-api-key: key`.
 fn with_key(key: &str) -> Request<()> {
@@ -18,6 +20,19 @@ fn with_key(key: &str) -> Request<()> {
         .header("x-api-key", key)
         .body(())
         .unwrap()
+}
+
+/// A key of 16 bytes passes `layer`, one of 17 gets 400.
+async fn takes_16_bytes<B: Backend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) {
+    let svc = layer.layer(service_fn(hello));
+    let res = svc
+        .clone()
+        .oneshot(with_key(&"k".repeat(16)))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = svc.oneshot(with_key(&"k".repeat(17))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
 }
 
 /// The layer's cap is its own: the layer's in-memory backend takes any length, so a cap
@@ -96,15 +111,7 @@ async fn a_backend_with_a_smaller_cap_lowers_the_layers_default() {
         .policy(p("gcra:limit=1,period=1s"))
         .build()
         .unwrap();
-    let svc = layer.layer(service_fn(hello));
-    let res = svc
-        .clone()
-        .oneshot(with_key(&"k".repeat(16)))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let res = svc.oneshot(with_key(&"k".repeat(17))).await.unwrap();
-    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    takes_16_bytes(layer).await;
 }
 
 #[cfg(feature = "config")]
@@ -126,15 +133,7 @@ max_key_bytes = 16
     assert!(config
         .to_string()
         .contains("keys: at most 16 bytes (longer: 400 / INVALID_ARGUMENT)"));
-    let svc = config.builder().build().unwrap().layer(service_fn(hello));
-    let res = svc
-        .clone()
-        .oneshot(with_key(&"k".repeat(16)))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let res = svc.oneshot(with_key(&"k".repeat(17))).await.unwrap();
-    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    takes_16_bytes(config.builder().build().unwrap()).await;
 
     let zero = LayerConfig::from_toml("turnstile.toml", "[backend]\nmax_key_bytes = 0\n")
         .unwrap_err()
