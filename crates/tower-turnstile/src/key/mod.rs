@@ -100,7 +100,7 @@ pub enum KeyError {
     MissingHeader(HeaderName),
     /// The request has no axum `MatchedPath` and never went through an axum `Router`: the
     /// layer runs around the router, not inside it. (A request the router matched to no
-    /// route is keyed `<unmatched>` instead: see [`Route`].)
+    /// route is keyed `<unmatched>` instead: see `Route`, feature `axum`.)
     MissingMatchedPath,
     /// The request's path is not a gRPC `/service/method` path.
     NotGrpc,

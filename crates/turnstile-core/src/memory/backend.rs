@@ -42,10 +42,10 @@ use crate::quota::Limits;
 /// slots); a sliding log 16 bytes per distinct millisecond logged besides (at most
 /// min(limit, period in ms) entries). The `bytes_per_key` test measures these with 20,000
 /// keys. With
-/// [`MemoryBackendBuilder::max_keys`], a check that would track one key more than the cap
-/// fails with [`BackendError::CapacityExceeded`] (after first dropping the expired keys of
+/// [`MemoryBackendBuilder::max_keys`](crate::MemoryBackendBuilder::max_keys), a check that would track one key more than the cap
+/// fails with [`BackendError::CapacityExceeded`](crate::BackendError::CapacityExceeded) (after first dropping the expired keys of
 /// its shard, and up to 8 of each other shard) instead of evicting live state, which would over-admit.
-/// A key longer than [`MemoryBackendBuilder::max_key_bytes`] (512 bytes by default) is refused
+/// A key longer than [`MemoryBackendBuilder::max_key_bytes`](crate::MemoryBackendBuilder::max_key_bytes) (512 bytes by default) is refused
 /// with [`BackendError::KeyTooLong`](crate::BackendError::KeyTooLong), so the state held is at
 /// most `max_keys` × (`max_key_bytes` + the entry's bytes above).
 ///
@@ -75,7 +75,13 @@ use crate::quota::Limits;
 #[cfg_attr(
     not(feature = "tokio"),
     doc = "",
-    doc = "[`MemoryBackend::spawn_sweeper`]: crate#features"
+    doc = "[`MemoryBackend::spawn_sweeper`]: crate#features",
+    doc = "[`MemoryBackendBuilder::sweep_every`]: crate#features"
+)]
+#[cfg_attr(
+    feature = "tokio",
+    doc = "",
+    doc = "[`MemoryBackendBuilder::sweep_every`]: crate::MemoryBackendBuilder::sweep_every"
 )]
 pub struct MemoryBackend<C = SystemClock> {
     pub(super) inner: Arc<Inner<C>>,

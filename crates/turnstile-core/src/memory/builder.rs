@@ -65,7 +65,8 @@ impl Default for MemoryBackend<SystemClock> {
 }
 
 impl<C: Clock> MemoryBackendBuilder<C> {
-    /// Uses `clock` for [`Backend::check`] (not for [`Backend::check_at`], which is given the
+    /// Uses `clock` for [`Backend::check`](crate::Backend::check) (not for
+    /// [`Backend::check_at`](crate::Backend::check_at), which is given the
     /// time).
     pub fn clock<C2: Clock>(self, clock: C2) -> MemoryBackendBuilder<C2> {
         MemoryBackendBuilder {
@@ -78,7 +79,8 @@ impl<C: Clock> MemoryBackendBuilder<C> {
     }
 
     /// Caps the number of keys tracked at once; `None` (the default) for no cap. At the cap,
-    /// a check that would add a key fails with [`BackendError::CapacityExceeded`].
+    /// a check that would add a key fails with
+    /// [`BackendError::CapacityExceeded`](crate::BackendError::CapacityExceeded).
     pub fn max_keys(mut self, max_keys: impl Into<Option<usize>>) -> Self {
         self.max_keys = max_keys.into();
         self

@@ -146,7 +146,7 @@ impl<B: Backend> Fallback<B> {
     /// at most [`DEFAULT_FALLBACK_MAX_KEYS`] keys (beyond that, as `Open`), takes keys as
     /// long as `inner` does ([`Backend::max_key_bytes`]) and, with the `tokio` feature, sweeps
     /// its expired keys every second on its own
-    /// ([`MemoryBackendBuilder::sweep_every`](crate::MemoryBackendBuilder::sweep_every)).
+    /// (`MemoryBackendBuilder::sweep_every`).
     pub fn new(inner: B, policy: FailurePolicy) -> Self {
         let local = local_backend(&inner, DEFAULT_FALLBACK_MAX_KEYS);
         Fallback::with_local(inner, policy, local)
