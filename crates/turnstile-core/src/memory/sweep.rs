@@ -365,7 +365,7 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// Spawns a task on the current tokio runtime that calls
     /// [`MemoryBackend::sweep_expired`] every `every` (for the local fallback of
-    /// [`Fallback`](crate::wrap::Fallback), whose checks are at its clock's times, it drops
+    /// the `Fallback` wrapper, whose checks are at its clock's times, it drops
     /// every key the clock says has expired), so expired keys go (and their memory
     /// with them) even when no request comes. The task ends by itself once every clone of
     /// the backend is dropped; abort the handle to end it sooner. Each pass scans every key
