@@ -201,6 +201,11 @@ async fn serve_config(
     let redis = with_tls(RedisBackend::builder(redis_url.as_str()), ca, client)
         .prefix(b.prefix().unwrap_or(&args.prefix))
         .timeout(b.timeout().unwrap_or(args.redis_timeout));
+    // The file's key cap is the layer's; the backend must take keys as long.
+    let redis = match b.max_key_bytes() {
+        Some(n) => redis.max_key_bytes(n),
+        None => redis,
+    };
     let layer = config
         .builder()
         .backend(DenyCache::new(redis.build()?))

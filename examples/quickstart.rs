@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use clap::Parser;
 use tower_turnstile::config::{ConfigReload, LayerConfig};
-use tower_turnstile::{MemoryBackend, Policy, RateLimitLayer};
+use tower_turnstile::{Policy, RateLimitLayer};
 
 /// Serves `GET /` on 127.0.0.1, rate-limited to 10 requests per 60 s per client IP.
 #[derive(Parser, Debug)]
@@ -36,20 +36,16 @@ struct Args {
 
 /// The app: `GET /` behind the built-in policy, or behind the rules of `config` (read from
 /// the file at the path given with it), reloaded on `SIGHUP`. Must run inside a tokio
-/// runtime: it starts the memory sweeper.
+/// runtime: it starts the reload task. The layer's own in-memory backend forgets clients
+/// that went away every second, even when no request comes, so the memory a flood of
+/// clients took comes back.
 pub(crate) fn app(
     config: Option<(&std::path::Path, &LayerConfig)>,
 ) -> Result<Router, Box<dyn std::error::Error>> {
     let router = Router::new().route("/", get(|| async { "Hello from turnstile!\n" }));
-    let memory = MemoryBackend::builder()
-        .max_keys(config.and_then(|(_, c)| c.backend().max_keys()))
-        .build();
-    // Clients that went away are forgotten every second, even when no request comes, so
-    // the memory a flood of clients took comes back.
-    memory.spawn_sweeper(Duration::from_secs(1))?;
     Ok(match config {
         Some((path, config)) => {
-            let layer = config.builder().backend(memory).build()?;
+            let layer = config.builder().build()?;
             let (layer, reload) = ConfigReload::new(path, config, layer);
             tokio::spawn(reload_on_hangup(reload));
             router.layer(layer)
@@ -60,12 +56,7 @@ pub(crate) fn app(
             let per_ip = Policy::token_bucket(10, Duration::from_secs(60))?
                 .with_burst(10)?
                 .with_name("per-ip")?;
-            router.layer(
-                RateLimitLayer::builder()
-                    .policy(per_ip)
-                    .backend(memory)
-                    .build()?,
-            )
+            router.layer(RateLimitLayer::builder().policy(per_ip).build()?)
         }
     })
 }

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use http::Response;
 use turnstile_core::wrap::Share;
-use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
+use turnstile_core::{
+    Algorithm, Backend, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured,
+    DEFAULT_MAX_KEY_BYTES,
+};
 
 use crate::action::{check_action, check_action_policies, max_leaky_delay, Action};
 use crate::error::InvalidLayer;
@@ -74,13 +77,15 @@ struct Parts {
     request_tier: Option<TierFn>,
     unconfigured: Unconfigured,
     key_logging: KeyLogging,
+    /// The longest key the layer takes, in bytes, when set.
+    max_key_bytes: Option<usize>,
 }
 
 impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
     /// The defaults: in memory, keyed by peer IP, no policy yet.
     pub(crate) fn new() -> Self {
         RateLimitLayerBuilder {
-            backend: MemoryBackend::new(),
+            backend: layer_memory().build(),
             key: PeerIp::new(),
             parts: Parts {
                 policies: Vec::new(),
@@ -98,8 +103,30 @@ impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
                 request_tier: None,
                 unconfigured: Unconfigured::Defaults,
                 key_logging: KeyLogging::Hashed,
+                max_key_bytes: None,
             },
         }
+    }
+}
+
+/// The in-memory backend a layer makes for itself (its default, and a configuration file's):
+/// it sweeps its expired keys every second on the runtime of the first request that adds a
+/// key, so a flood's keys go without traffic, and stops with the backend. It takes keys of
+/// any length: the layer refuses those longer than its own cap before any check.
+pub(crate) fn layer_memory() -> turnstile_core::MemoryBackendBuilder {
+    MemoryBackend::builder()
+        .max_key_bytes(usize::MAX)
+        .sweep_every(crate::limiter::SWEEP_EVERY)
+}
+
+/// The longest key a layer takes: `set` ([`RateLimitLayerBuilder::max_key_bytes`]), which
+/// must not exceed what `backend` takes; else [`DEFAULT_MAX_KEY_BYTES`] or the backend's
+/// cap, whichever is smaller.
+fn key_cap(set: Option<usize>, backend: usize) -> Result<usize, InvalidLayer> {
+    match set {
+        Some(layer) if layer > backend => Err(InvalidLayer::KeyCapAboveBackend { layer, backend }),
+        Some(layer) => Ok(layer),
+        None => Ok(DEFAULT_MAX_KEY_BYTES.min(backend)),
     }
 }
 
@@ -116,7 +143,15 @@ impl<B, K: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<B, K> {
 }
 
 impl<B, K> RateLimitLayerBuilder<B, K> {
-    /// Keeps state in `backend` (default: a new [`MemoryBackend`]).
+    /// Keeps state in `backend` (default: a new [`MemoryBackend`] that drops its expired keys
+    /// every second by itself, so memory a flood of clients took comes back without
+    /// traffic). A [`MemoryBackend`] of your own does so with
+    /// [`MemoryBackendBuilder::sweep_every`](turnstile_core::MemoryBackendBuilder::sweep_every)
+    /// (or [`MemoryBackend::spawn_sweeper`]).
+    ///
+    /// Keys longer than the layer takes ([`max_key_bytes`](Self::max_key_bytes)) are
+    /// refused before any check; `backend` must take keys at least that long
+    /// ([`Backend::max_key_bytes`](turnstile_core::Backend::max_key_bytes)).
     pub fn backend<B2>(self, backend: B2) -> RateLimitLayerBuilder<B2, K> {
         RateLimitLayerBuilder {
             backend,
@@ -368,6 +403,24 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Caps a client key's length at `bytes` (default
+    /// [`DEFAULT_MAX_KEY_BYTES`], 512, or the backend's
+    /// [`max_key_bytes`](turnstile_core::Backend::max_key_bytes) if smaller), measured on the
+    /// extracted key before it is hashed or sent. A request with a longer key is refused
+    /// before any check, whatever [`on_missing_key`](Self::on_missing_key) says: HTTP `400`
+    /// with an RFC 9457 problem body naming both sizes, gRPC `INVALID_ARGUMENT`; the backend
+    /// never sees it. So an in-memory backend holds at most `max_keys` × (`bytes` + its
+    /// per-key overhead) however clients choose their keys. Every IP key (at most 43 bytes)
+    /// and route pattern fits the default; raise it for long API keys or tokens.
+    ///
+    /// A backend of your own must take keys this long: [`build`](Self::build) fails with
+    /// [`InvalidLayer::KeyCapAboveBackend`] otherwise (raise the backend's own cap with
+    /// `max_key_bytes` on its builder). The layer's own in-memory backend takes any length.
+    pub fn max_key_bytes(mut self, bytes: usize) -> Self {
+        self.parts.max_key_bytes = Some(bytes);
+        self
+    }
+
     /// How client keys appear in the check spans and logs (default [`KeyLogging::Hashed`]:
     /// keys can be personal data).
     pub fn log_keys(mut self, logging: KeyLogging) -> Self {
@@ -380,13 +433,18 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// # Errors
     /// [`InvalidLayer`]: no policy anywhere, a non-exempt rule without policies, duplicate or
     /// conflicting policy names, an invalid derived name, or (with [`Action::Delay`]) a leaky
-    /// bucket that could delay longer than the maximum wait.
-    pub fn build(self) -> Result<RateLimitLayer<B, K>, InvalidLayer> {
+    /// bucket that could delay longer than the maximum wait, or a
+    /// [`max_key_bytes`](Self::max_key_bytes) above the backend's.
+    pub fn build(self) -> Result<RateLimitLayer<B, K>, InvalidLayer>
+    where
+        B: Backend,
+    {
         let RateLimitLayerBuilder {
             backend,
             key,
             parts: p,
         } = self;
+        let max_key_bytes = key_cap(p.max_key_bytes, backend.max_key_bytes())?;
         let has_default = !p.policies.is_empty();
         let mut rules = compile_rules(p.rules, p.policies)?;
         check_action(&rules, p.action)?;
@@ -419,6 +477,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
             request_tier: p.request_tier,
             key_logging: p.key_logging,
             metric_keys: Arc::new(metric_keys),
+            max_key_bytes,
         };
         Ok(RateLimitLayer {
             live: None,

@@ -58,23 +58,28 @@ pub(crate) enum Plan<'a> {
 }
 
 /// The key of `req`; without one, what [`MissingKey`] says: a shared key, or `Err(None)` to
-/// pass the request unchecked, or `Err(Some(e))` to refuse it for `e`. A misconfiguration
-/// (no connect info) is logged once, whatever the outcome.
+/// pass the request unchecked, or `Err(Some(e))` to refuse it for `e`. A key longer than the
+/// layer takes is refused whatever [`MissingKey`] says. A misconfiguration (no connect
+/// info) is logged once, whatever the outcome.
 #[inline]
 fn key_of<B, K: KeyExtractor, ReqBody>(
     limiter: &Limiter<B, K>,
     req: &Request<ReqBody>,
 ) -> Result<Key, Option<KeyError>> {
     let e = match limiter.key.extract_key(req) {
-        Ok(key) => return Ok(key),
+        Ok(key) if key.len() <= limiter.settings.max_key_bytes => return Ok(key),
+        Ok(key) => KeyError::TooLong {
+            len: key.len(),
+            max: limiter.settings.max_key_bytes,
+        },
         Err(e) => e,
     };
     crate::metrics::missing_key(e.kind());
     limiter.key_failed(&e);
-    match &limiter.settings.missing_key {
-        MissingKey::Allow => Err(None),
-        MissingKey::Key(k) => Ok(Key::from(Arc::clone(k))),
-        MissingKey::Reject => Err(Some(e)),
+    match (&limiter.settings.missing_key, &e) {
+        (_, KeyError::TooLong { .. }) | (MissingKey::Reject, _) => Err(Some(e)),
+        (MissingKey::Allow, _) => Err(None),
+        (MissingKey::Key(k), _) => Ok(Key::from(Arc::clone(k))),
     }
 }
 

@@ -46,6 +46,17 @@ pub enum InvalidLayer {
         /// The configured maximum wait.
         max_wait: Duration,
     },
+    /// [`RateLimitLayerBuilder::max_key_bytes`](crate::RateLimitLayerBuilder::max_key_bytes)
+    /// is above what the backend takes
+    /// ([`Backend::max_key_bytes`](turnstile_core::Backend::max_key_bytes)): keys in between
+    /// would pass the layer and fail every check. Raise the backend's cap with
+    /// `max_key_bytes` on its builder, or lower the layer's.
+    KeyCapAboveBackend {
+        /// The layer's cap, in bytes.
+        layer: usize,
+        /// The backend's cap, in bytes.
+        backend: usize,
+    },
 }
 
 impl fmt::Display for InvalidLayer {
@@ -83,6 +94,10 @@ impl fmt::Display for InvalidLayer {
                 "leaky-bucket policy {policy:?} can delay a request by up to {} ms, more than the maximum wait of {} ms",
                 max_delay.as_millis(),
                 max_wait.as_millis()
+            ),
+            InvalidLayer::KeyCapAboveBackend { layer, backend } => write!(
+                f,
+                "the layer takes keys of up to {layer} bytes (max_key_bytes) but its backend only {backend}; raise the backend's max_key_bytes or lower the layer's"
             ),
         }
     }

@@ -18,6 +18,10 @@ use crate::response::{Denial, DenialFn};
 use crate::rule::{CompiledRule, CostFn};
 use crate::tier::{Chosen, TierFn};
 
+/// How often the layer's own in-memory backends (its default one, the local fallback's)
+/// drop their expired keys, without traffic.
+pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The rate limiter a built layer runs: everything a service and its futures need.
 pub(crate) struct Limiter<B, K> {
     /// The backend, behind the local fallback the failure policy asks for.
@@ -52,6 +56,8 @@ pub(crate) struct Settings {
     pub(crate) key_logging: KeyLogging,
     /// The prepared metric keys of every policy of the rules and tiers.
     pub(crate) metric_keys: Arc<crate::metrics::Keys>,
+    /// The longest key taken, in bytes: longer ones are refused before any check.
+    pub(crate) max_key_bytes: usize,
 }
 
 /// Counters and once-per-incident log flags, shared by every service of one layer.
@@ -72,10 +78,14 @@ impl Stats {
 }
 
 impl Settings {
-    /// `backend` behind the local fallback these settings ask for.
+    /// `backend` behind the local fallback these settings ask for. The fallback's memory
+    /// sweeps itself every second once it holds a key; it takes keys of any length, as the
+    /// layer refuses those longer than `backend` takes before any check.
     pub(crate) fn fallback<B>(&self, backend: B) -> Fallback<B> {
         let local = MemoryBackend::builder()
             .max_keys(DEFAULT_FALLBACK_MAX_KEYS)
+            .max_key_bytes(usize::MAX)
+            .sweep_every(SWEEP_EVERY)
             .build();
         Fallback::with_local_share(backend, self.failure, local, self.unknown_share)
     }
@@ -188,5 +198,67 @@ impl<B, K> Limiter<B, K> {
             }
             None => crate::response::default_denial_with_headers(denial, policy_header, legacy),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{ready, Ready};
+    use std::time::Duration;
+
+    use http::Request;
+    use tower::{service_fn, Layer, ServiceExt};
+    use turnstile_core::{Backend, CheckResult, Limits, SystemClock};
+
+    use crate::key::HeaderKey;
+    use crate::RateLimitLayer;
+
+    use super::*;
+
+    /// A backend that is never reachable: every check goes to the local fallback.
+    #[derive(Clone)]
+    struct Down;
+
+    impl Backend for Down {
+        type Future = Ready<CheckResult>;
+
+        fn check_limits(&self, _: &str, _: &Limits, _: u64, _: Option<u64>) -> Self::Future {
+            ready(Err(BackendError::Connection("down".into())))
+        }
+    }
+
+    /// Regression (issue 25, fault 7): the keys a local fallback learned during an outage
+    /// stayed until traffic swept them; its memory now sweeps itself, without traffic.
+    #[tokio::test(start_paused = true)]
+    async fn the_fallbacks_memory_drops_expired_keys_without_traffic() {
+        let layer = RateLimitLayer::builder()
+            .backend(Down)
+            .key(HeaderKey::named("x-client").unwrap())
+            .policy("token-bucket:limit=1,period=1s".parse().unwrap())
+            .build()
+            .unwrap();
+        let svc = layer.layer(service_fn(|_: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        }));
+        for id in 0..200 {
+            let req = Request::builder()
+                .header("x-client", format!("c{id}"))
+                .body(())
+                .unwrap();
+            let res = svc.clone().oneshot(req).await.unwrap();
+            assert!(res.headers().contains_key("ratelimit"), "decided locally");
+        }
+        let ended = SystemClock.now_ms();
+        let local = layer.limiter.backend.local();
+        assert_eq!(local.len(), 200);
+        // Fresh 1 s later by the system clock, which the fallback's memory reads.
+        while SystemClock.now_ms() <= ended + 1000 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        tokio::time::advance(SWEEP_EVERY).await;
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(local.len(), 0);
     }
 }

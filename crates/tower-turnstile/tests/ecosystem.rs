@@ -17,7 +17,8 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_http::cors::CorsLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
-use tower_turnstile::{ManualClock, MemoryBackend, RateLimitLayer};
+use tower_turnstile::key::Route;
+use tower_turnstile::{ManualClock, MemoryBackend, MissingKey, RateLimitLayer};
 
 /// A layer enforcing `policy` in memory, at time 0 for ever (fixed windows count from the
 /// epoch, so the wall clock would make `t` vary).
@@ -491,6 +492,67 @@ async fn layer_counts_404s_and_route_layer_does_not() {
     }
     let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
     assert_eq!(res.headers()["ratelimit"], "\"per-ip\";r=1;t=60");
+}
+
+/// Regression (issue 24, trap 3): with the `Route` key on `Router::layer`, every `404` was a
+/// `500` whose message suggested `Router::layer`. A request no route matched is limited under
+/// the one key `<unmatched>`: a flood of `404`s counts, whatever `on_missing_key` says, and
+/// matched routes keep their own keys.
+#[tokio::test]
+async fn route_key_limits_unmatched_requests_under_one_shared_key() {
+    let layer = RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .key(Route)
+        .policy(p("fixed-window:limit=2,period=1m,name=per-route"))
+        .on_missing_key(MissingKey::Allow)
+        .build()
+        .unwrap();
+    let backend = layer.backend_ref().clone();
+    let app = Router::new().route("/", get(|| async { "x" })).layer(layer);
+    // Two unknown paths share the quota of 2: 404, 404, then 429.
+    for (path, left) in [("/nope", 1), ("/other/unknown", 0)] {
+        let res = app
+            .clone()
+            .oneshot(get_from(path, "192.0.2.1"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(
+            res.headers()["ratelimit"],
+            format!("\"per-route\";r={left};t=60").as_str()
+        );
+    }
+    let res = app
+        .clone()
+        .oneshot(get_from("/nope", "192.0.2.9"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(backend.len(), 1, "one key for every unmatched request");
+    // The matched route has its own quota.
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["ratelimit"], "\"per-route\";r=1;t=60");
+    assert_eq!(backend.len(), 2);
+}
+
+/// Only a layer around the router (not inside it) sees no route at all: `500` with the fix.
+#[tokio::test]
+async fn route_key_around_the_router_is_a_misconfiguration() {
+    let layer = RateLimitLayer::builder()
+        .backend(MemoryBackend::builder().clock(ManualClock::new(0)).build())
+        .key(Route)
+        .policy(p("fixed-window:limit=2,period=1m,name=per-route"))
+        .build()
+        .unwrap();
+    let app = ServiceBuilder::new()
+        .layer(layer)
+        .service(Router::new().route("/", get(|| async { "x" })));
+    let res = app.oneshot(get_from("/", "192.0.2.1")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains("did not go through an axum Router"), "{body}");
 }
 
 /// A layer inside a nested router sees the path with the nest's prefix stripped.

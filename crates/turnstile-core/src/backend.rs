@@ -24,6 +24,34 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// What a check or quota operation resolves to.
 pub type CheckResult = Result<Decision, BackendError>;
 
+/// The longest client key a backend takes by default, in bytes: 512. Keys are what a client
+/// sends (an API key, a header, a route joined with an address); a longer one is refused with
+/// [`BackendError::KeyTooLong`] before anything is stored or hashed, so that each tracked key
+/// costs bounded memory (in memory: keys × (key bytes + the entry's own), see
+/// [`MemoryBackend`](crate::MemoryBackend)). Every IP key (at most 43 bytes), a route
+/// pattern and most API keys fit. Each backend's builder changes it (`max_key_bytes`).
+pub const DEFAULT_MAX_KEY_BYTES: usize = 512;
+
+/// `Ok` when `key` fits in `max` bytes, else [`BackendError::KeyTooLong`]: the one test every
+/// backend makes of a key before using it.
+///
+/// # Errors
+/// [`BackendError::KeyTooLong`] when `key` is longer than `max` bytes.
+#[inline]
+pub fn check_key_len(key: &str, max: usize) -> Result<(), BackendError> {
+    if key.len() <= max {
+        Ok(())
+    } else {
+        Err(key_too_long(key.len(), max))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn key_too_long(len: usize, max: usize) -> BackendError {
+    BackendError::KeyTooLong { len, max }
+}
+
 /// Where rate-limit state lives: checks one client key against one or more policies with a
 /// cost, all-or-nothing and atomically.
 ///
@@ -50,8 +78,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// from none. A cost of 0 is a query: always admitted, changing nothing.
     ///
     /// # Errors
-    /// [`BackendError`] when no decision could be made: the backend is at its key cap,
-    /// unreachable, timed out, its stored state or configuration for the key is unreadable,
+    /// [`BackendError`] when no decision could be made: `key` is longer than
+    /// [`Backend::max_key_bytes`], the backend is at its key cap, unreachable, timed out, its stored state or configuration for the key is unreadable,
     /// or the request cannot be represented exactly (a time beyond 2^53 − 1 ms). An error
     /// never changes state.
     fn check_limits(
@@ -106,6 +134,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// backend: it would be one more memory store for the same failure.
     fn is_local(&self) -> bool {
         false
+    }
+
+    /// The longest key this backend takes, in bytes (default [`DEFAULT_MAX_KEY_BYTES`]): a
+    /// longer one gets [`BackendError::KeyTooLong`] from every check and quota operation,
+    /// before anything is stored or sent. Front ends refuse such keys themselves (the tower
+    /// layer answers `400` / `INVALID_ARGUMENT`); wrappers report their inner backend's.
+    fn max_key_bytes(&self) -> usize {
+        DEFAULT_MAX_KEY_BYTES
     }
 }
 
@@ -357,12 +393,20 @@ pub enum BackendError {
     /// The request itself was invalid: no policies, two policies of one name, or a cost or
     /// time beyond 2^53 − 1 where the backend cannot represent it exactly.
     InvalidRequest(String),
+    /// The client key is longer than the backend takes ([`Backend::max_key_bytes`]): nothing
+    /// was stored, hashed or sent.
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The backend's cap in bytes.
+        max: usize,
+    },
 }
 
 impl BackendError {
     /// A short, stable name of the error's kind, for logs and metric labels: one of
     /// `capacity_exceeded`, `timeout`, `connection`, `script`, `invalid_state`,
-    /// `invalid_request`.
+    /// `invalid_request`, `key_too_long`.
     pub fn kind(&self) -> &'static str {
         match self {
             BackendError::CapacityExceeded { .. } => "capacity_exceeded",
@@ -371,6 +415,7 @@ impl BackendError {
             BackendError::Script(_) => "script",
             BackendError::InvalidState(_) => "invalid_state",
             BackendError::InvalidRequest(_) => "invalid_request",
+            BackendError::KeyTooLong { .. } => "key_too_long",
         }
     }
 
@@ -399,6 +444,10 @@ impl fmt::Display for BackendError {
             BackendError::Script(m) => write!(f, "backend script failed: {m}"),
             BackendError::InvalidState(m) => write!(f, "stored rate-limit state is invalid: {m}"),
             BackendError::InvalidRequest(m) => write!(f, "invalid rate-limit check: {m}"),
+            BackendError::KeyTooLong { len, max } => write!(
+                f,
+                "the rate-limit key is {len} bytes, longer than the backend's cap of {max} bytes (max_key_bytes)"
+            ),
         }
     }
 }

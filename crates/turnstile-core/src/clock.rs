@@ -56,7 +56,7 @@ pub trait Clock: Send + Sync + 'static {
 ///   thread, or after it by synchronisation) is never earlier.
 ///
 /// The first reading in a process calibrates the counter (up to 200 ms, once, shared with
-/// every other `quanta` user) and anchors the clock; [`MemoryBackend::builder`]
+/// every other `quanta` user) and anchors the clock; [`MemoryBackend::builder`](crate::MemoryBackend::builder)
 /// (crate::MemoryBackend::builder) takes it, so the first check does not wait.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;

@@ -11,7 +11,7 @@ use crate::backend::BackendError;
 /// | unreachable (an endpoint that is not the backend included: the Redis backend says "not a Redis server at …"), timed out, or failed running the check ([`BackendError::is_unavailable`]: `Connection`, `Timeout`, `Script`) | admitted, without a decision | denied as unavailable | decided by the local fallback | yes, on the backend's evidence (the Redis backend: per node) |
 /// | one key's stored state or configuration unreadable (`InvalidState`) | admitted | denied as unavailable | decided by the local fallback | no |
 /// | the in-memory key cap reached (`CapacityExceeded`) | admitted | denied as unavailable | admitted (as `Open`: the fallback is memory too) | no |
-/// | the request cannot be represented (`InvalidRequest`) | admitted | denied as unavailable | admitted (as `Open`) | no |
+/// | the request cannot be represented (`InvalidRequest`), or its key is longer than the backend takes (`KeyTooLong`) | admitted | denied as unavailable | admitted (as `Open`) | no |
 ///
 /// [`FailurePolicy::on_error`] is this table as a function, [`OnError`] its outcomes. What
 /// an outcome becomes for a client — what an admitted request carries, how a refusal is
@@ -154,6 +154,7 @@ mod tests {
             BackendError::InvalidState("garbage".into()),
             BackendError::CapacityExceeded { max_keys: 1 },
             BackendError::InvalidRequest("t".into()),
+            BackendError::KeyTooLong { len: 600, max: 512 },
         ];
         let local: Vec<OnError> = errors
             .iter()
@@ -167,6 +168,7 @@ mod tests {
                 DecideLocally,
                 DecideLocally,
                 DecideLocally,
+                Admit,
                 Admit,
                 Admit
             ]

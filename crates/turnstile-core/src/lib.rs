@@ -73,7 +73,10 @@ mod test_util;
 pub mod wrap;
 
 pub use algorithm::{Evaluation, State};
-pub use backend::{Backend, BackendError, BoxError, CheckResult, Checked, Quotas};
+pub use backend::{
+    check_key_len, Backend, BackendError, BoxError, CheckResult, Checked, Quotas,
+    DEFAULT_MAX_KEY_BYTES,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Origin, PolicyDecision};
 pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};

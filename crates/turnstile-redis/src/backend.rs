@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
-    Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy, SystemClock,
-    Unconfigured,
+    check_key_len, Backend, BackendError, CheckResult, Clock, Decision, KeyConfig, Limits, Policy,
+    SystemClock, Unconfigured,
 };
 
 use crate::call::{Call, Which};
@@ -135,6 +135,8 @@ pub(crate) struct Inner<C> {
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) prefix: String,
     pub(crate) keys: KeyEncoding,
+    /// The longest client key taken, in bytes.
+    pub(crate) max_key_bytes: usize,
     /// The node(s) as logs and errors name them: the URLs without credentials.
     pub(crate) node: String,
     pub(crate) timeout: Duration,
@@ -250,6 +252,7 @@ impl<C: Clock> RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Result<(u64, Decision), BackendError> {
+        check_key_len(key, self.inner.max_key_bytes)?;
         let state_key = self.inner.keys.states_key_of(&self.inner.prefix, key);
         let deadline = Instant::now() + self.inner.connect_wait;
         self.call_on_node(&state_key, sets, op, cost, now_ms, deadline)
@@ -342,6 +345,7 @@ impl<C: Clock> RedisBackend<C> {
         args: &[&str],
     ) -> Result<KeyConfig, BackendError> {
         let inner = &*self.inner;
+        check_key_len(key, inner.max_key_bytes)?;
         let tag = inner.keys.tag(key);
         let mut inv = Call::new(Which::Config, inner.scripts.function(Which::Config), 1);
         let first_key = config_key(&inner.prefix, &tag);
@@ -560,6 +564,10 @@ pub type CheckFuture = Pin<Box<dyn Future<Output = CheckResult> + Send>>;
 impl<C: Clock> Backend for RedisBackend<C> {
     type Future = CheckFuture;
 
+    fn max_key_bytes(&self) -> usize {
+        self.inner.max_key_bytes
+    }
+
     fn check_limits(
         &self,
         key: &str,
@@ -567,6 +575,9 @@ impl<C: Clock> Backend for RedisBackend<C> {
         cost: u64,
         now_ms: Option<u64>,
     ) -> Self::Future {
+        if let Err(e) = check_key_len(key, self.inner.max_key_bytes) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         // The client's state key, built at once: the call needs nothing else of `key`.
         let pair = Pair {
             key: self.inner.keys.states_key_of(&self.inner.prefix, key),

@@ -45,6 +45,7 @@ pub struct RedisBackendBuilder<C = SystemClock> {
     cluster: Option<bool>,
     prefix: String,
     keys: KeyEncoding,
+    max_key_bytes: usize,
     timeout: Duration,
     retry_interval: Duration,
     pub(crate) health: HealthConfig,
@@ -70,6 +71,7 @@ impl RedisBackend<SystemClock> {
             cluster: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             keys: KeyEncoding::Hashed,
+            max_key_bytes: turnstile_core::DEFAULT_MAX_KEY_BYTES,
             timeout: DEFAULT_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             health: HealthConfig::default(),
@@ -99,6 +101,18 @@ impl<C> RedisBackendBuilder<C> {
     /// How client keys appear in key names (default [`KeyEncoding::Hashed`]).
     pub fn key_encoding(mut self, keys: KeyEncoding) -> Self {
         self.keys = keys;
+        self
+    }
+
+    /// Caps a client key's length at `bytes` (default
+    /// [`DEFAULT_MAX_KEY_BYTES`](turnstile_core::DEFAULT_MAX_KEY_BYTES), 512): a check or
+    /// quota operation of a longer key fails with
+    /// [`BackendError::KeyTooLong`](turnstile_core::BackendError::KeyTooLong) before it is
+    /// hashed or sent. Hashed keys ([`KeyEncoding::Hashed`]) take the same room in Redis
+    /// whatever their length; the cap bounds the work of hashing them, plain keys' size in
+    /// Redis, and what a local fallback holds.
+    pub fn max_key_bytes(mut self, bytes: usize) -> Self {
+        self.max_key_bytes = bytes;
         self
     }
 
@@ -201,6 +215,7 @@ impl<C> RedisBackendBuilder<C> {
             cluster: self.cluster,
             prefix: self.prefix,
             keys: self.keys,
+            max_key_bytes: self.max_key_bytes,
             timeout: self.timeout,
             retry_interval: self.retry_interval,
             health: self.health,
@@ -275,6 +290,7 @@ impl<C> RedisBackendBuilder<C> {
                 scripts,
                 prefix: self.prefix,
                 keys: self.keys,
+                max_key_bytes: self.max_key_bytes,
                 timeout: self.timeout,
                 connect_wait: connect_timeout,
                 retry_interval: self.retry_interval,

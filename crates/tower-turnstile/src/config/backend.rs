@@ -17,6 +17,7 @@ use turnstile_core::FailurePolicy;
 /// | `timeout` | the Redis call timeout, a duration | the Redis backend's, `100ms` |
 /// | `failure` | `local`, `open` or `closed` ([`FailurePolicy`]) | `local` |
 /// | `max_keys` | the in-memory backend's cap on tracked keys | none |
+/// | `max_key_bytes` | the longest client key, in bytes: longer ones get `400` / `INVALID_ARGUMENT` ([`RateLimitLayerBuilder::max_key_bytes`](crate::RateLimitLayerBuilder::max_key_bytes)); a Redis backend must take keys this long (`RedisBackendBuilder::max_key_bytes`) | 512 |
 /// | `tls_ca` | with a `rediss://` url: a PEM file of the CA certificate(s) that verify the server, in place of the system trust store | the system trust store |
 /// | `tls_cert`, `tls_key` | with a `rediss://` url: PEM files of the client certificate (chain) and its private key, for mutual TLS; one needs the other | none |
 ///
@@ -30,6 +31,7 @@ pub struct BackendConfig {
     pub(super) timeout: Option<Duration>,
     pub(super) failure: Option<FailurePolicy>,
     pub(super) max_keys: Option<usize>,
+    pub(super) max_key_bytes: Option<usize>,
     pub(super) tls_ca: Option<PathBuf>,
     pub(super) tls_client: Option<(PathBuf, PathBuf)>,
 }
@@ -63,6 +65,13 @@ impl BackendConfig {
     /// The in-memory backend's key cap, if the file sets one.
     pub fn max_keys(&self) -> Option<usize> {
         self.max_keys
+    }
+
+    /// The longest client key in bytes, if the file sets one (`max_key_bytes`): the layer's
+    /// cap ([`LayerConfig::builder`](super::LayerConfig::builder) sets it), which a Redis
+    /// backend built from these settings must take too.
+    pub fn max_key_bytes(&self) -> Option<usize> {
+        self.max_key_bytes
     }
 
     /// The PEM file of the CA certificate(s) that verify a `rediss://` server, if the file

@@ -174,6 +174,12 @@ impl BackendConfig {
                 None => writeln!(f, "backend: in memory")?,
             },
         }
+        if let Some(n) = self.max_key_bytes() {
+            writeln!(
+                f,
+                "keys: at most {n} bytes (longer: 400 / INVALID_ARGUMENT)"
+            )?;
+        }
         writeln!(
             f,
             "on backend failure: {} ({})",

@@ -46,7 +46,7 @@
 //! | `[tiers]` | `NAME = [policies...]`: the policies of each tier | none |
 //! | `tier_header` | a header whose value names each request's tier (one of `[tiers]`; absent, empty or naming no tier: the rule's policies). A key's stored override or tier still wins (see [`RequestTier`](crate::RequestTier)). Trust it only from a gateway that sets or strips it: a client could otherwise pick its own tier | none |
 //! | `[[rules]]` | rules, tried in order; the first that matches applies | none |
-//! | `[backend]` | where state lives (see [`BackendConfig`]): `url`, `prefix`, `timeout`, `failure`, `max_keys`, `tls_ca`, `tls_cert`, `tls_key` | in memory |
+//! | `[backend]` | where state lives (see [`BackendConfig`]): `url`, `prefix`, `timeout`, `failure`, `max_keys`, `max_key_bytes`, `tls_ca`, `tls_cert`, `tls_key` | in memory |
 //!
 //! A rule: `name`, `methods` (`["GET", "HEAD"]`), `path` (exact) or `path_prefix`
 //! (segment-wise), `grpc_service` (`helloworld.Greeter`) or `grpc_method`
@@ -124,10 +124,11 @@ pub struct LayerConfig {
 
 impl LayerConfig {
     /// A builder with everything the file says, keeping state in memory (a
-    /// [`MemoryBackend`], capped at `[backend] max_keys` if set). Add or change anything with
+    /// [`MemoryBackend`], capped at `[backend] max_keys` if set; keys capped at `[backend]
+    /// max_key_bytes` if set). Add or change anything with
     /// the builder's methods — [`RateLimitLayerBuilder::backend`] for Redis — then `build`.
     pub fn builder(&self) -> RateLimitLayerBuilder<MemoryBackend, ConfigKey> {
-        let backend = MemoryBackend::builder()
+        let backend = crate::builder::layer_memory()
             .max_keys(self.backend.max_keys)
             .build();
         let mut b = RateLimitLayer::builder()
@@ -144,6 +145,9 @@ impl LayerConfig {
             .exempt_keys(self.exempt_keys.iter().cloned());
         if let Some(c) = self.cost {
             b = b.cost(move |_| c);
+        }
+        if let Some(n) = self.backend.max_key_bytes {
+            b = b.max_key_bytes(n);
         }
         for r in &self.rules {
             b = b.rule(r.rule.clone());

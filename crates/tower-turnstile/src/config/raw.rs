@@ -72,6 +72,7 @@ pub(super) struct RawBackend {
     pub(super) timeout: Option<Timeout>,
     pub(super) failure: Option<RawFailure>,
     pub(super) max_keys: Option<MaxKeys>,
+    pub(super) max_key_bytes: Option<MaxKeyBytes>,
     pub(super) tls_ca: Option<Spanned<FilePath>>,
     pub(super) tls_cert: Option<Spanned<FilePath>>,
     pub(super) tls_key: Option<Spanned<FilePath>>,
@@ -259,6 +260,13 @@ pub(super) struct MaxKeys(pub(super) usize);
 parsed!(MaxKeys(usize) from u64, "max_keys", |n| match usize::try_from(n) {
     Ok(n) if n > 0 => Ok(n),
     _ => Err(format!("max_keys {n} is out of range (at least 1)")),
+});
+
+/// A cap on a key's bytes: at least 1.
+pub(super) struct MaxKeyBytes(pub(super) usize);
+parsed!(MaxKeyBytes(usize) from u64, "max_key_bytes", |n| match usize::try_from(n) {
+    Ok(n) if n > 0 => Ok(n),
+    _ => Err(format!("max_key_bytes {n} is out of range (at least 1)")),
 });
 
 /// An IPv6 prefix length, 0 to 128.

@@ -134,6 +134,7 @@ impl Validator<'_> {
             timeout: b.timeout.map(|t| t.0),
             failure: b.failure.map(FailurePolicy::from),
             max_keys: b.max_keys.map(|m| m.0),
+            max_key_bytes: b.max_key_bytes.map(|m| m.0),
             tls_ca: b.tls_ca.map(|p| p.into_inner().0),
             tls_client,
         })

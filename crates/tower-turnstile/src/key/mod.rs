@@ -9,7 +9,7 @@
 //! | [`PeerIp`] | the TCP peer's IP: `192.0.2.1`, or an IPv6 /64 network `2001:db8:1:2::/64` |
 //! | [`ClientIp`] | the client's IP behind trusted proxies (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`), same form |
 //! | [`HeaderKey`] | a header's value, e.g. an API key |
-//! | [`Route`] | axum's matched route pattern, e.g. `/users/{id}` (feature `axum`) |
+//! | [`Route`] | axum's matched route pattern, e.g. `/users/{id}`; `<unmatched>` when no route matched (feature `axum`) |
 //! | [`GrpcMethod`] | the gRPC `service/method`, e.g. `helloworld.Greeter/SayHello` |
 //! | [`GlobalKey`] | one key for every request: `global` |
 //! | [`KeyFn`] | whatever your closure returns ([`key_fn`]) |
@@ -66,7 +66,8 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     }
 }
 
-/// What the layer does with a request whose key cannot be extracted.
+/// What the layer does with a request whose key cannot be extracted. A key too long for the
+/// backend ([`KeyError::TooLong`]) is always refused, whatever this says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MissingKey {
@@ -97,17 +98,31 @@ pub enum KeyError {
     MissingPeerAddr,
     /// The request lacks the header it is keyed by (or the header is empty).
     MissingHeader(HeaderName),
-    /// The request has no axum `MatchedPath`: the layer runs outside a router's routes.
+    /// The request has no axum `MatchedPath` and never went through an axum `Router`: the
+    /// layer runs around the router, not inside it. (A request the router matched to no
+    /// route is keyed `<unmatched>` instead: see `Route`, feature `axum`.)
     MissingMatchedPath,
     /// The request's path is not a gRPC `/service/method` path.
     NotGrpc,
     /// A custom key function returned no key.
     Rejected,
+    /// The key is longer than the backend takes
+    /// ([`Backend::max_key_bytes`](turnstile_core::Backend::max_key_bytes), 512 bytes by
+    /// default): answered `400` / `INVALID_ARGUMENT` whatever [`MissingKey`] says, and never
+    /// sent to the backend, so a client cannot make the limiter hold (or hash) keys of any
+    /// size.
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key the backend takes, in bytes.
+        max: usize,
+    },
 }
 
 impl KeyError {
     /// A short, stable name of the error's kind, for logs and metric labels: one of
-    /// `missing_peer_addr`, `missing_header`, `missing_matched_path`, `not_grpc`, `rejected`.
+    /// `missing_peer_addr`, `missing_header`, `missing_matched_path`, `not_grpc`, `rejected`,
+    /// `too_long`.
     pub fn kind(&self) -> &'static str {
         match self {
             KeyError::MissingPeerAddr => "missing_peer_addr",
@@ -115,6 +130,7 @@ impl KeyError {
             KeyError::MissingMatchedPath => "missing_matched_path",
             KeyError::NotGrpc => "not_grpc",
             KeyError::Rejected => "rejected",
+            KeyError::TooLong { .. } => "too_long",
         }
     }
 
@@ -137,7 +153,7 @@ impl KeyError {
                 "turnstile: this request has no `{h}` header to rate-limit by.\n"
             )),
             KeyError::MissingMatchedPath => Cow::Borrowed(
-                "turnstile: this request has no matched route to rate-limit by. Add the layer with axum's `Router::layer` or `Router::route_layer`, which run after routing.\n",
+                "turnstile: this request did not go through an axum Router, so it has no route to rate-limit by. Add the layer inside the router with `Router::layer` or `Router::route_layer`, which run after routing, not around the router.\n",
             ),
             KeyError::NotGrpc => Cow::Borrowed(
                 "turnstile: this request is not a gRPC call (`/package.Service/Method`) and cannot be rate-limited by gRPC method.\n",
@@ -145,6 +161,9 @@ impl KeyError {
             KeyError::Rejected => {
                 Cow::Borrowed("turnstile: no rate-limit key could be derived from this request.\n")
             }
+            KeyError::TooLong { len, max } => Cow::Owned(format!(
+                "turnstile: this request's rate-limit key is {len} bytes, longer than the {max} bytes the limiter takes.\n"
+            )),
         }
     }
 }
@@ -330,10 +349,23 @@ impl KeyExtractor for HeaderKey {
 /// Keys each request by axum's matched route pattern (`MatchedPath`), e.g. `/users/{id}`,
 /// so every route has its own quota shared by all clients. Combine it with an IP key,
 /// `(Route, PeerIp::new())`, for a per-route, per-client quota.
+///
+/// A request that reached the router but matched no route (the router's fallback: a `404`)
+/// is keyed [`Route::UNMATCHED`], `<unmatched>`: all such requests share one quota, so a
+/// flood of 404s is limited like any route, and [`MissingKey`] does not apply to them. Only
+/// a request that never went through an axum `Router` (the layer added outside it) has no
+/// route: [`KeyError::MissingMatchedPath`].
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Route;
+
+#[cfg(feature = "axum")]
+impl Route {
+    /// The key of a request the router matched to no route: `<unmatched>` (no route pattern
+    /// starts with `<`).
+    pub const UNMATCHED: &'static str = "<unmatched>";
+}
 
 #[cfg(feature = "axum")]
 impl KeyExtractor for Route {
@@ -342,10 +374,16 @@ impl KeyExtractor for Route {
     }
 
     fn extract_key<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
-        req.extensions()
-            .get::<axum::extract::MatchedPath>()
-            .map(|p| Key::from(p.as_str()))
-            .ok_or(KeyError::MissingMatchedPath)
+        let ext = req.extensions();
+        match ext.get::<axum::extract::MatchedPath>() {
+            Some(p) => Ok(Key::from(p.as_str())),
+            // Every axum Router records the URI it was called with before routing: with it
+            // and no matched path, the router found no route (its fallback runs).
+            None if ext.get::<axum::extract::OriginalUri>().is_some() => {
+                Ok(Key::from(Route::UNMATCHED))
+            }
+            None => Err(KeyError::MissingMatchedPath),
+        }
     }
 }
 

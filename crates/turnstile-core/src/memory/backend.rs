@@ -8,7 +8,7 @@ use std::sync::Arc;
 use foldhash::fast::RandomState;
 
 use super::shard::ShardCell;
-use super::sweep::Now;
+use super::sweep::{AutoSweep, Now};
 use crate::backend::{Backend, CheckResult, Checked};
 use crate::clock::{Clock, SystemClock};
 use crate::policy::Policy;
@@ -28,8 +28,8 @@ use crate::quota::Limits;
 /// entries of another shard, round-robin over all shards, and drops those that have
 /// expired; so idle keys are reclaimed while any traffic flows, without scanning everything
 /// on the hot path, and a check does no sweeping at all while nothing can have expired.
-/// Where no traffic may come, [`MemoryBackend::spawn_sweeper`] (feature `tokio`) drops
-/// them on a timer. A shard's map gives its memory back once it is mostly empty (at most a
+/// Where no traffic may come, [`MemoryBackendBuilder::sweep_every`] or
+/// [`MemoryBackend::spawn_sweeper`] (feature `tokio`) drops them on a timer. A shard's map gives its memory back once it is mostly empty (at most a
 /// quarter full, it shrinks to twice its keys). Keys checked at explicit times
 /// ([`Backend::check_at`]: simulations) are only ever swept by checks at explicit times,
 /// never by the clock.
@@ -42,9 +42,16 @@ use crate::quota::Limits;
 /// slots); a sliding log 16 bytes per distinct millisecond logged besides (at most
 /// min(limit, period in ms) entries). The `bytes_per_key` test measures these with 20,000
 /// keys. With
-/// [`MemoryBackendBuilder::max_keys`], a check that would track one key more than the cap
-/// fails with [`BackendError::CapacityExceeded`] (after first dropping the expired keys of
+/// [`MemoryBackendBuilder::max_keys`](crate::MemoryBackendBuilder::max_keys), a check that would track one key more than the cap
+/// fails with [`BackendError::CapacityExceeded`](crate::BackendError::CapacityExceeded) (after first dropping the expired keys of
 /// its shard, and up to 8 of each other shard) instead of evicting live state, which would over-admit.
+/// A key longer than [`MemoryBackendBuilder::max_key_bytes`](crate::MemoryBackendBuilder::max_key_bytes) (512 bytes by default) is refused
+/// with [`BackendError::KeyTooLong`](crate::BackendError::KeyTooLong), so the state held is at
+/// most `max_keys` × (`max_key_bytes` + the entry's bytes above).
+///
+/// Freed state goes back to the process's allocator, which may keep the pages resident (glibc's
+/// `malloc` keeps free pages between live blocks until `malloc_trim`); the tower crate's
+/// "Keys, rules and actions" guide says how each common allocator gives them back.
 ///
 /// # Examples
 /// ```
@@ -68,7 +75,13 @@ use crate::quota::Limits;
 #[cfg_attr(
     not(feature = "tokio"),
     doc = "",
-    doc = "[`MemoryBackend::spawn_sweeper`]: crate#features"
+    doc = "[`MemoryBackend::spawn_sweeper`]: crate#features",
+    doc = "[`MemoryBackendBuilder::sweep_every`]: crate#features"
+)]
+#[cfg_attr(
+    feature = "tokio",
+    doc = "",
+    doc = "[`MemoryBackendBuilder::sweep_every`]: crate::MemoryBackendBuilder::sweep_every"
 )]
 pub struct MemoryBackend<C = SystemClock> {
     pub(super) inner: Arc<Inner<C>>,
@@ -99,8 +112,12 @@ pub(super) struct Inner<C> {
     pub(super) hasher: RandomState,
     pub(super) clock: C,
     pub(super) max_keys: Option<usize>,
+    /// The longest key taken, in bytes.
+    pub(super) max_key_bytes: usize,
     /// Keys tracked, over every shard.
     pub(super) keys: AtomicUsize,
+    /// The sweeper the backend starts by itself, if any.
+    pub(super) auto_sweep: AutoSweep<C>,
 }
 
 impl<C> MemoryBackend<C> {
@@ -112,6 +129,13 @@ impl<C> MemoryBackend<C> {
     /// The cap on tracked keys, if any.
     pub fn max_keys(&self) -> Option<usize> {
         self.inner.max_keys
+    }
+
+    /// The longest key taken, in bytes ([`MemoryBackendBuilder::max_key_bytes`]).
+    ///
+    /// [`MemoryBackendBuilder::max_key_bytes`]: crate::MemoryBackendBuilder::max_key_bytes
+    pub fn max_key_bytes(&self) -> usize {
+        self.inner.max_key_bytes
     }
 
     /// Whether no key is tracked.
@@ -228,6 +252,10 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn is_local(&self) -> bool {
         true
+    }
+
+    fn max_key_bytes(&self) -> usize {
+        self.inner.max_key_bytes
     }
 }
 

@@ -15,7 +15,7 @@ use super::shard::{Lookup, Shard, ShardCell};
 use super::sweep::Now;
 use super::table::Entry;
 use crate::algorithm::{eval, Packed, State};
-use crate::backend::{BackendError, CheckResult};
+use crate::backend::{check_key_len, BackendError, CheckResult};
 use crate::decision::{Decision, PolicyDecision};
 use crate::policy::Policy;
 use crate::quota::{validate_policy_set, Applied, Limits, Tier, Unconfigured};
@@ -105,6 +105,9 @@ impl<C> MemoryBackend<C> {
         cost: u64,
         now: Now,
     ) -> A {
+        if let Err(e) = check_key_len(key, self.inner.max_key_bytes) {
+            return A::answer(Err(e));
+        }
         self.sweep_elsewhere(now);
         let at = Lookup::new(&self.inner.hasher, key);
         let cell = self.cell(at.hash);

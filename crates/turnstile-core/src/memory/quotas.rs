@@ -7,7 +7,7 @@ use super::entry::{expires_at, Full, Policies};
 use super::sweep::Now;
 use super::MemoryBackend;
 use crate::algorithm::{carry_over, refund};
-use crate::backend::{BackendError, CheckResult, Quotas};
+use crate::backend::{check_key_len, BackendError, CheckResult, Quotas};
 use crate::clock::Clock;
 use crate::policy::Policy;
 use crate::quota::{validate_policy_set, validate_tier_name, KeyConfig, Limits};
@@ -15,6 +15,7 @@ use crate::quota::{validate_policy_set, validate_tier_name, KeyConfig, Limits};
 impl<C: Clock> MemoryBackend<C> {
     /// Gives `cost` units back to `key` at `now` (see [`Quotas::refund`]).
     fn refund_now(&self, key: &str, limits: &Limits, cost: u64, now: Now) -> CheckResult {
+        self.fits(key)?;
         let now_ms = now.ms;
         self.change_applying(key, limits, now, |entry, interned, policies| {
             for p in policies {
@@ -36,6 +37,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// Forgets the state of every policy that applies to `key` at `now` (see
     /// [`Quotas::reset`]).
     fn reset_now(&self, key: &str, limits: &Limits, now: Now) -> CheckResult {
+        self.fits(key)?;
         self.change_applying(key, limits, now, |entry, interned, policies| {
             entry.slots.retain(|s| {
                 let named = interned
@@ -97,15 +99,21 @@ impl<C: Clock> MemoryBackend<C> {
         )
     }
 
+    /// Whether `key` is within the backend's cap on key bytes.
+    fn fits(&self, key: &str) -> Result<(), BackendError> {
+        check_key_len(key, self.inner.max_key_bytes)
+    }
+
     /// The stored configuration of `key` (empty when it has none).
-    fn config_now(&self, key: &str) -> KeyConfig {
+    fn config_now(&self, key: &str) -> Result<KeyConfig, BackendError> {
+        self.fits(key)?;
         let (_, shard, at) = self.shard(key);
-        shard
+        Ok(shard
             .table
             .find(at.hash, &at.probe)
             .and_then(|i| shard.table.get(i))
             .and_then(|e| e.head.config().cloned())
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
     /// Changes `key`'s configuration with `change` and bumps its version.
@@ -114,6 +122,7 @@ impl<C: Clock> MemoryBackend<C> {
         key: &str,
         change: impl FnOnce(&mut KeyConfig),
     ) -> Result<KeyConfig, BackendError> {
+        self.fits(key)?;
         let now = self.now(None);
         let (cell, mut shard, at) = self.shard(key);
         let shard = &mut *shard;
@@ -161,7 +170,7 @@ impl<C: Clock> Quotas for MemoryBackend<C> {
     }
 
     fn config(&self, key: &str) -> impl Future<Output = Result<KeyConfig, BackendError>> + Send {
-        ready(Ok(self.config_now(key)))
+        ready(self.config_now(key))
     }
 
     fn set_override(

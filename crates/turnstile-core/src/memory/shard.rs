@@ -144,6 +144,7 @@ impl<C> MemoryBackend<C> {
         shard: &mut Shard,
         now: Now,
     ) -> Result<(), BackendError> {
+        self.start_sweeper_once();
         if !shard.table.has_room() {
             return Err(BackendError::CapacityExceeded {
                 max_keys: self.len(),

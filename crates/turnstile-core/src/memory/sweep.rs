@@ -9,7 +9,8 @@
 )]
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use foldhash::fast::RandomState;
 
@@ -169,7 +170,79 @@ impl Shard {
     }
 }
 
+/// The sweeper a backend starts by itself
+/// ([`MemoryBackendBuilder::sweep_every`](crate::MemoryBackendBuilder::sweep_every)): its
+/// interval, whether it has started, and how to start it (made where the clock is known to be
+/// a [`Clock`], so that the check paths need not be).
+pub(super) struct AutoSweep<C> {
+    every: Option<Duration>,
+    started: AtomicBool,
+    start: fn(&MemoryBackend<C>, Duration) -> bool,
+    /// Whether timed sweeps also drop keys checked at explicit times, by the clock: set for a
+    /// local fallback, whose explicit times are its clock's readings.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    explicit_by_clock: AtomicBool,
+}
+
+impl<C: Clock> AutoSweep<C> {
+    /// A sweeper every `every` (`None`: none).
+    pub(super) fn new(every: Option<Duration>) -> Self {
+        AutoSweep {
+            every,
+            started: AtomicBool::new(false),
+            start: start_sweeper::<C>,
+            explicit_by_clock: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Starts `backend`'s sweeper on the current tokio runtime; `false` when there is none.
+fn start_sweeper<C: Clock>(_backend: &MemoryBackend<C>, _every: Duration) -> bool {
+    #[cfg(feature = "tokio")]
+    return _backend.spawn_sweeper(_every).is_ok();
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
 impl<C> MemoryBackend<C> {
+    /// Makes timed sweeps ([`MemoryBackend::spawn_sweeper`], the backend's own) drop keys
+    /// checked at explicit times too, once the clock is past their expiry: for the local
+    /// fallback, which checks at times its clock gave (so that a decision and its bookkeeping
+    /// share one reading), and whose keys would otherwise wait for traffic.
+    pub(crate) fn sweep_explicit_times_by_clock(&self) {
+        self.inner
+            .auto_sweep
+            .explicit_by_clock
+            .store(true, Ordering::Relaxed);
+    }
+
+    /// Starts the backend's own sweeper, if it has one that has not started: called as a key
+    /// is added (never on a check of a key already tracked). One load when it has started.
+    #[inline]
+    pub(super) fn start_sweeper_once(&self) {
+        let auto = &self.inner.auto_sweep;
+        if let Some(every) = auto.every {
+            if !auto.started.load(Ordering::Relaxed) {
+                self.start_sweeper_now(every);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn start_sweeper_now(&self, every: Duration) {
+        let auto = &self.inner.auto_sweep;
+        // One thread starts it; outside a runtime it is left for a later key.
+        if auto
+            .started
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+            && !(auto.start)(self, every)
+        {
+            auto.started.store(false, Ordering::Release);
+        }
+    }
+
     /// Every 16th check of a thread looks at a few entries of the next shard in its
     /// round-robin, if some key there may have expired and the shard is free right now
     /// (never waiting, never holding another lock): keys expire from every shard while any
@@ -274,8 +347,26 @@ impl<C: Clock> MemoryBackend<C> {
         self.sweep_all(|expires_ms, explicit| !explicit && expires_ms <= now_ms)
     }
 
+    /// One sweep of the timer: [`MemoryBackend::sweep_expired`], or for a local fallback
+    /// every key expired by the clock.
+    #[cfg(feature = "tokio")]
+    fn timed_sweep(&self) -> usize {
+        if self
+            .inner
+            .auto_sweep
+            .explicit_by_clock
+            .load(Ordering::Relaxed)
+        {
+            self.purge_expired(self.inner.clock.now_ms())
+        } else {
+            self.sweep_expired()
+        }
+    }
+
     /// Spawns a task on the current tokio runtime that calls
-    /// [`MemoryBackend::sweep_expired`] every `every`, so expired keys go (and their memory
+    /// [`MemoryBackend::sweep_expired`] every `every` (for the local fallback of
+    /// the `Fallback` wrapper, whose checks are at its clock's times, it drops
+    /// every key the clock says has expired), so expired keys go (and their memory
     /// with them) even when no request comes. The task ends by itself once every clone of
     /// the backend is dropped; abort the handle to end it sooner. Each pass scans every key
     /// once, one shard locked at a time: an interval of a second or more suits most
@@ -309,17 +400,18 @@ impl<C: Clock> MemoryBackend<C> {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| SpawnSweeperError::NoRuntime)?;
         let backend = std::sync::Arc::downgrade(&self.inner);
+        // The first sweep is `every` after this call (not after the task first runs, which
+        // may be later): nothing can have expired before. (This thread is in the runtime's
+        // context, which the timer needs.)
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(runtime.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            // The first tick is at once: nothing can have expired yet.
-            tick.tick().await;
             loop {
                 tick.tick().await;
                 let Some(inner) = backend.upgrade() else {
                     break;
                 };
-                MemoryBackend { inner }.sweep_expired();
+                MemoryBackend { inner }.timed_sweep();
             }
         }))
     }

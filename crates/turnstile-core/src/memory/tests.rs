@@ -94,6 +94,64 @@ fn expired_keys_go_without_traffic_and_the_maps_give_memory_back() {
     );
 }
 
+/// Regression (issue 25, fault 7): after a flood, a backend nobody swept kept its keys and
+/// its maps' room until traffic came. With `sweep_every` its own task drops them, in virtual
+/// time and with no check at all, the maps shrink, and the task ends with the backend.
+#[cfg(feature = "tokio")]
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_sweeps_every_second_gives_a_floods_memory_back_without_traffic() {
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let settle = || async {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    };
+    let clock = ManualClock::new(1_000);
+    let b = MemoryBackend::builder()
+        .clock(clock.clone())
+        .sweep_every(Duration::from_secs(1))
+        .build();
+    let pol = [p("sliding-log:limit=5,period=60s")];
+    let empty = capacity(&b);
+    let before = tasks();
+    for i in 0..20_000 {
+        b.check(
+            &format!("10.{}.{}.{}", i / 65_536, i / 256 % 256, i % 256),
+            &pol,
+            1,
+        )
+        .await
+        .unwrap();
+    }
+    let full = capacity(&b);
+    assert!(full >= 20_000);
+    assert_eq!(tasks(), before + 1, "the first key started the sweeper");
+    // Ticks before the keys expire keep them all.
+    clock.advance(Duration::from_millis(59_999));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(b.len(), 20_000);
+    // Expired: the next tick drops them all, and the maps give their room back.
+    clock.advance(Duration::from_millis(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(b.len(), 0);
+    assert!(
+        capacity(&b) <= empty,
+        "room for {} entries left of {full}",
+        capacity(&b)
+    );
+    // Dropping the backend ends its sweeper at its next tick: no task is left behind.
+    drop(b);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(tasks(), before);
+}
+
 #[test]
 fn keys_checked_at_explicit_times_are_never_swept_by_the_clock() {
     // A simulation's trace times are not the clock's: a trace from 1970 must not look

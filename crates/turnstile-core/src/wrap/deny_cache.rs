@@ -389,6 +389,10 @@ impl<B: Backend> Backend for DenyCache<B> {
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }
+
+    fn max_key_bytes(&self) -> usize {
+        self.inner.max_key_bytes()
+    }
 }
 
 /// What a check that asked the backend teaches the cache.

@@ -141,15 +141,28 @@ impl<B: fmt::Debug, C> fmt::Debug for Fallback<B, C> {
     }
 }
 
-impl<B> Fallback<B> {
-    /// Wraps `inner`, following `policy`; the local backend runs on the system clock and
-    /// tracks at most [`DEFAULT_FALLBACK_MAX_KEYS`] keys (beyond that, as `Open`).
+impl<B: Backend> Fallback<B> {
+    /// Wraps `inner`, following `policy`; the local backend runs on the system clock, tracks
+    /// at most [`DEFAULT_FALLBACK_MAX_KEYS`] keys (beyond that, as `Open`), takes keys as
+    /// long as `inner` does ([`Backend::max_key_bytes`]) and, with the `tokio` feature, sweeps
+    /// its expired keys every second on its own
+    /// (`MemoryBackendBuilder::sweep_every`).
     pub fn new(inner: B, policy: FailurePolicy) -> Self {
-        let local = MemoryBackend::builder()
-            .max_keys(DEFAULT_FALLBACK_MAX_KEYS)
-            .build();
+        let local = local_backend(&inner, DEFAULT_FALLBACK_MAX_KEYS);
         Fallback::with_local(inner, policy, local)
     }
+}
+
+/// The in-memory backend a local fallback for `inner` uses: on the system clock, at most
+/// `max_keys` keys, keys as long as `inner` takes, and (feature `tokio`) a sweeper of its own
+/// every second, started by its first key.
+fn local_backend<B: Backend>(inner: &B, max_keys: usize) -> MemoryBackend {
+    let builder = MemoryBackend::builder()
+        .max_keys(max_keys)
+        .max_key_bytes(inner.max_key_bytes());
+    #[cfg(feature = "tokio")]
+    let builder = builder.sweep_every(std::time::Duration::from_secs(1));
+    builder.build()
 }
 
 impl<B, C> Fallback<B, C> {
@@ -168,6 +181,8 @@ impl<B, C> Fallback<B, C> {
         unknown: Share,
     ) -> Self {
         let max_keys = local.max_keys().unwrap_or(DEFAULT_FALLBACK_MAX_KEYS);
+        // Its checks are at its clock's readings: a timed sweep may drop them by the clock.
+        local.sweep_explicit_times_by_clock();
         Fallback {
             inner,
             shared: Arc::new(Shared {
@@ -263,6 +278,10 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
 
     fn is_local(&self) -> bool {
         self.inner.is_local()
+    }
+
+    fn max_key_bytes(&self) -> usize {
+        self.inner.max_key_bytes()
     }
 }
 
