@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use http::Response;
 use turnstile_core::wrap::Share;
-use turnstile_core::{Algorithm, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured};
+use turnstile_core::{
+    Algorithm, FailurePolicy, Limits, LimitsError, MemoryBackend, Policy, Unconfigured,
+    MAX_POLICIES,
+};
 
 use crate::action::{check_action, check_action_policies, max_leaky_delay, Action};
 use crate::error::InvalidLayer;
@@ -391,6 +394,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         let mut rules = compile_rules(p.rules, p.policies)?;
         check_action(&rules, p.action)?;
         check_tiers(&p.tiers, p.action)?;
+        check_tier_names(&rules, &p.tiers)?;
         for rule in &mut rules {
             attach_limits(rule, &p.tiers, p.unconfigured, p.request_tier.is_some())?;
         }
@@ -466,6 +470,27 @@ fn check_tiers(tiers: &[(String, Vec<Policy>)], action: Action) -> Result<(), In
     Ok(())
 }
 
+/// Each policy a tier lists is named by some rule's (or default) policy: a tier changes the
+/// parameters of the policies it names, and a name no rule uses changes nothing.
+fn check_tier_names(
+    rules: &[CompiledRule],
+    tiers: &[(String, Vec<Policy>)],
+) -> Result<(), InvalidLayer> {
+    let used: std::collections::HashSet<&str> = rules
+        .iter()
+        .flat_map(|r| r.policies.iter().map(Policy::name))
+        .collect();
+    for (tier, policies) in tiers {
+        if let Some(p) = policies.iter().find(|p| !used.contains(p.name())) {
+            return Err(InvalidLayer::UnusedTierPolicy {
+                tier: tier.clone(),
+                policy: p.name().to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Gives a rule with policies the [`Limits`] its requests are checked against (its policies,
 /// the layer's `tiers`, and what keys without configuration get), and, when a request-tier
 /// function chooses tiers per request (`per_request`), the tier sets it selects.
@@ -479,7 +504,13 @@ fn attach_limits(
         return Ok(());
     }
     let mut limits = Limits::new(rule.policies.iter().cloned())
-        .map_err(|_| InvalidLayer::DuplicatePolicyName(rule.rule.label()))?
+        .map_err(|e| match e {
+            LimitsError::TooManyPolicies { count, .. } => InvalidLayer::TooManyPolicies {
+                rule: rule.rule.label(),
+                count,
+            },
+            _ => InvalidLayer::DuplicatePolicyName(rule.rule.label()),
+        })?
         .when_unconfigured(unconfigured);
     for (name, policies) in tiers {
         limits = limits
@@ -505,6 +536,12 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     }
     if !rule.exempt && rule.policies.is_empty() {
         return Err(InvalidLayer::RuleWithoutPolicies(label));
+    }
+    if rule.policies.len() > MAX_POLICIES {
+        return Err(InvalidLayer::TooManyPolicies {
+            rule: label,
+            count: rule.policies.len(),
+        });
     }
     if let Some(reason) = rule.matches_nothing() {
         return Err(InvalidLayer::RuleMatchesNothing {

@@ -38,15 +38,16 @@ rules (the first that matches applies):
   2. POST /login (rule "login"), cost 1:
        "login-per-ip" sliding-log:limit=5,period=1m
   3. /api/*, cost 2:
-       "/api/* token-bucket:limit=100,period=1m,burst=20" token-bucket:limit=100,period=1m,burst=20
-       "/api/* sliding-window:limit=2000,period=1h" sliding-window:limit=2000,period=1h
+       "api-per-ip" token-bucket:limit=100,period=1m,burst=20
+       "api-hourly" sliding-window:limit=2000,period=1h
   4. grpc helloworld.Greeter/SayHello, cost 1:
        "greeter-per-ip" token-bucket:limit=5,period=1m
   otherwise, cost 1:
        "per-ip" token-bucket:limit=10,period=1m
-tiers (instead of a rule's policies for keys set to the tier):
+tiers (for keys set to the tier, each policy a tier names takes its parameters; every other stays in force):
   pro:
        "per-ip" token-bucket:limit=1000,period=1m
+       "api-per-ip" token-bucket:limit=1000,period=1m,burst=100
 "#
     );
     assert!(out.stderr.is_empty());
