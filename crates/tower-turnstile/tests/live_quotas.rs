@@ -277,7 +277,10 @@ fn a_huge_policy_set_is_refused_at_build_time() {
     assert!(matches!(
         b.err(),
         Some(tower_turnstile::InvalidLayer::Tier(
-            tower_turnstile::LimitsError::TooManyPolicies { count: 65, max: 64 }
+            tower_turnstile::LimitsError::TooManyPolicies {
+                count: 513,
+                max: 512
+            }
         ))
     ));
 }

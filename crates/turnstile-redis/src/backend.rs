@@ -564,6 +564,7 @@ pub(crate) fn sets<'a>(limits: &'a Limits, tiers: &'a [(&'a str, &'a [Policy])])
         defaults: limits.defaults(),
         tiers,
         unconfigured: limits.unconfigured(),
+        stored_only: limits.is_stored_only(),
     }
 }
 
@@ -572,6 +573,7 @@ pub(crate) fn plain_sets(policies: &[Policy]) -> Sets<'_> {
         defaults: policies,
         tiers: &[],
         unconfigured: Unconfigured::Defaults,
+        stored_only: false,
     }
 }
 

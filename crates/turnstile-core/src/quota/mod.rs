@@ -24,12 +24,13 @@ use crate::policy::Policy;
 pub(crate) use resolve::{resolve, Resolution};
 
 /// The most policies one check may carry, and one policy set may hold (a rule's, a tier's,
-/// an override): 64. Everything that makes a set refuses a larger one
+/// an override): 512. Everything that makes a set refuses a larger one
 /// ([`LimitsError::TooManyPolicies`]): [`Limits`], [`validate_policy_set`], the backends'
 /// `set_override` and checks, the tower layer's builder, configuration files, and the
-/// Redis script itself (a check's time grows with its policies; a set of thousands would
-/// hold Redis for a long time).
-pub const MAX_POLICIES: usize = 64;
+/// Redis script itself (`TURNSTILE_TOO_MANY_POLICIES`, a
+/// [`BackendError::InvalidRequest`](crate::BackendError::InvalidRequest)). A check's time
+/// is linear in its policies; the cap keeps any one call from holding Redis for long.
+pub const MAX_POLICIES: usize = 512;
 
 /// What a backend does with a key that has neither an override nor a known tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -21,6 +21,9 @@ pub(crate) struct Sets<'a> {
     pub(crate) defaults: &'a [Policy],
     pub(crate) tiers: &'a [(&'a str, &'a [Policy])],
     pub(crate) unconfigured: Unconfigured,
+    /// Only the policies the key's stored configuration lists apply
+    /// (`Limits::stored_only`; mode `stored`).
+    pub(crate) stored_only: bool,
 }
 
 /// Adds one call's arguments to `inv` (see `lua/check.lua` for the layout).
@@ -40,6 +43,7 @@ pub(crate) fn check_args(
         Op::Reset => "reset",
     };
     let unconfigured = match sets.unconfigured {
+        _ if sets.stored_only => "stored",
         Unconfigured::Deny => "deny",
         Unconfigured::Allow => "allow",
         _ => "defaults",
