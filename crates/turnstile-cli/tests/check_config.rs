@@ -130,3 +130,38 @@ fn a_route_key_is_valid_though_the_cli_is_built_without_axum() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 24, trap 1: a tier naming a policy no rule uses changes nothing: refused, at its line.
+/// Issue 25, fault 4: a rule of more than `MAX_POLICIES` policies is refused.
+#[test]
+fn a_tier_naming_no_rules_policy_and_a_huge_rule_are_refused() {
+    let dir = std::env::temp_dir().join(format!(
+        "turnstile-check-config-tiers-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tiers.toml");
+    std::fs::write(
+        &file,
+        "policies = [\"token-bucket:limit=10,period=1m,name=per-ip\"]\n[tiers]\npro = [\"token-bucket:limit=100,period=1m,name=per_ip\"]\n",
+    )
+    .unwrap();
+    let out = run(&["check-config", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("tier \"pro\" lists policy \"per_ip\""),
+        "{err}"
+    );
+    assert!(err.contains(":3:"), "{err}");
+
+    let many: Vec<String> = (0..1000)
+        .map(|i| format!("\"fixed-window:limit=5,period=1m,name=p{i}\""))
+        .collect();
+    std::fs::write(&file, format!("policies = [{}]\n", many.join(", "))).unwrap();
+    let out = run(&["check-config", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("1000 policies, more than the 512"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
