@@ -300,9 +300,13 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self.denial_response(move |d| f(d).into_response())
     }
 
-    /// Defines the tier `name`: a key the backend maps to it (see the backends'
-    /// `set_tier`) is checked against these `policies` instead of the rule's. A key's own
-    /// override, stored in the backend, beats its tier.
+    /// Defines the tier `name`: for a key the backend maps to it (see the backends'
+    /// `set_tier`), or a request that chooses it ([`request_tier`](Self::request_tier)),
+    /// each policy of the matched rule whose name `policies` lists takes those parameters;
+    /// every other policy stays as the rule wrote it. A key's own override, stored in the
+    /// backend, beats its tier for the policies it names. Every name listed here must be a
+    /// policy name some rule (or the layer's defaults) uses, else `build` fails with
+    /// [`InvalidLayer::UnusedTierPolicy`]; at most [`MAX_POLICIES`] policies.
     pub fn tier(
         mut self,
         name: impl Into<String>,
@@ -320,10 +324,11 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// with [`tier`](Self::tier), [`RequestTier::Unlimited`], or [`RequestTier::Defaults`]
     /// for the rule's policies.
     ///
-    /// A key's stored configuration still wins, atomically in the backend (Redis included):
-    /// **the key's stored override > the key's stored tier > the request's tier > the rule's
-    /// policies** (or [`when_unconfigured`](Self::when_unconfigured) when `f` chose
-    /// `Defaults`). So an operator's per-key decision (`turnstile quota set-override`)
+    /// Per policy, a key's stored configuration still wins, atomically in the backend (Redis
+    /// included): for each policy of the matched rule, **the key's stored override > the
+    /// key's stored tier > the request's tier > the rule's own** — the first that names the
+    /// policy supplies its parameters (or [`when_unconfigured`](Self::when_unconfigured)
+    /// applies to a key without configuration when `f` chose `Defaults`). So an operator's per-key decision (`turnstile quota set-override`)
     /// holds whatever the request claims. `f` runs once per checked request (not for exempt
     /// rules or exempt keys) and must be cheap; it must not panic.
     ///

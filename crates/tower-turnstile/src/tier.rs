@@ -22,9 +22,11 @@ use crate::key::RequestRef;
 /// chooses it from the request — a claim an authentication layer put in the extensions, a
 /// header the gateway sets.
 ///
-/// Whatever it chooses, a key's own stored configuration wins: its override, then its
-/// stored tier (see the backends' `set_override` and `set_tier`). The full order is the
-/// key's stored override > the key's stored tier > the request's tier > the rule's policies.
+/// A tier changes the policies it names. Whatever the request chooses, a key's own stored
+/// configuration wins for the policies it names: its override, then its stored tier (see
+/// the backends' `set_override` and `set_tier`). The full order, per policy of the matched
+/// rule: the key's stored override > the key's stored tier > the request's tier > the
+/// rule's own.
 ///
 /// [`RateLimitLayerBuilder::request_tier`]: crate::RateLimitLayerBuilder::request_tier
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -34,14 +36,14 @@ pub enum RequestTier {
     /// [`when_unconfigured`](crate::RateLimitLayerBuilder::when_unconfigured) behaviour).
     #[default]
     Defaults,
-    /// The policies of the tier of this name (defined with
+    /// The tier of this name (defined with
     /// [`RateLimitLayerBuilder::tier`](crate::RateLimitLayerBuilder::tier)). A name the layer
     /// does not define counts as [`RequestTier::Defaults`], and the first such request logs
     /// an error naming it.
     Named(Cow<'static, str>),
-    /// No limit, unless the key has a stored override or tier: the backend is still asked
-    /// (so an override set on the key applies), and a key without one is admitted without
-    /// limit and without rate-limit headers.
+    /// No limit: an exemption from every policy, except those the key's stored override or
+    /// tier names (the backend is still asked, so an operator's decision holds for those);
+    /// a key without one is admitted without limit and without rate-limit headers.
     Unlimited,
 }
 

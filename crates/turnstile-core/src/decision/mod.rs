@@ -47,7 +47,7 @@ pub struct Decision {
     /// Where each policy took its parameters from, when they differ (`None`: every
     /// policy's is `applied`'s [`Applied::source`]).
     /// (A thin pointer: a decision stays small.)
-    sources: Option<Box<Vec<Source>>>,
+    sources: Option<std::sync::Arc<Vec<Source>>>,
     version: u64,
     /// The binding policy's index.
     binding: u32,
@@ -196,7 +196,7 @@ impl Decision {
         self.applied = summary.applied();
         self.sources = match list.iter().all(|s| *s == summary) {
             true => None,
-            false => Some(Box::new(list)),
+            false => Some(std::sync::Arc::new(list)),
         };
         self
     }
