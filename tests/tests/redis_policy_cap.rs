@@ -45,6 +45,16 @@ async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
     client.get_multiplexed_async_connection().await.unwrap()
 }
 
+/// Loads the check script for `EVALSHA`: its SHA.
+async fn load(conn: &mut redis::aio::MultiplexedConnection) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CHECK_SCRIPT)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
 /// One check of `n` policies sent by hand with `EVALSHA` (no cap on the Rust side).
 async fn evalsha(
     conn: &mut redis::aio::MultiplexedConnection,
@@ -131,12 +141,7 @@ async fn a_set_over_the_cap_is_refused_with_a_typed_error() {
     assert!(CHECK_SCRIPT.contains(&format!("local MAX_POLICIES = {MAX_POLICIES}\n")));
     // The script itself refuses a set over the cap sent by hand, and Redis keeps answering.
     let mut conn = connection(&server.url()).await;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SCRIPT)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let sha = load(&mut conn).await;
     let err = evalsha(
         &mut conn,
         &sha,
@@ -169,12 +174,7 @@ async fn a_set_over_the_cap_is_refused_with_a_typed_error() {
 async fn measure_the_time_of_one_check_by_policy_count() {
     let server = RedisServer::start();
     let mut conn = connection(&server.url()).await;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SCRIPT)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let sha = load(&mut conn).await;
     for n in [20, 100, 300, 1000] {
         let set = set_argument(n, 1_000_000);
         let key = format!("turnstile:measure:{{k{n}}}:f4");

@@ -244,10 +244,7 @@ async fn tiers_overrides_and_unconfigured_keys() {
     let backend = MemoryBackend::new();
     backend.set_tier("192.0.2.1", Some("pro")).await.unwrap();
     backend
-        .set_override(
-            "192.0.2.2",
-            &[p("fixed-window:limit=1,period=1h,name=std")],
-        )
+        .set_override("192.0.2.2", &[p("fixed-window:limit=1,period=1h,name=std")])
         .await
         .unwrap();
     let layer = RateLimitLayer::builder()

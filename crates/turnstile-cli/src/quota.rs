@@ -169,32 +169,7 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
         }
         None => None,
     };
-    let backend = config.as_ref().map(LayerConfig::backend);
-    let url = (args.redis_url.as_deref())
-        .or_else(|| backend.and_then(|b| b.url()))
-        .unwrap_or(DEFAULT_URL);
-    let prefix = (args.prefix.as_deref())
-        .or_else(|| backend.and_then(|b| b.prefix()))
-        .unwrap_or(turnstile_redis::DEFAULT_PREFIX);
-    let mut builder = args.tls.apply(RedisBackend::builder(url));
-    if let Some(b) = backend.filter(|_| args.tls.is_empty()) {
-        if let Some(ca) = b.tls_ca() {
-            builder = builder.tls_ca_file(ca);
-        }
-        if let Some((cert, key)) = b.tls_client_cert() {
-            builder = builder.tls_client_cert(cert, key);
-        }
-    }
-    let redis = builder
-        .prefix(prefix)
-        .key_encoding(if args.plain_keys {
-            KeyEncoding::Plain
-        } else {
-            KeyEncoding::Hashed
-        })
-        .timeout(args.timeout)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let redis = open(&args, config.as_ref())?;
     let e = |e: turnstile_core::BackendError| describe(&redis, e);
     let per_rule = |app: &AppPolicies| {
         config
@@ -238,32 +213,7 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
             key,
             policies,
             tier,
-        } => {
-            warn_if_alone(&redis, &key).await;
-            let (c, named) = match &tier {
-                Some(t) => {
-                    let named = config.as_ref().map(|c| {
-                        let listed = c.tiers().find(|(n, _)| n == t).map(|(_, ps)| ps.to_vec());
-                        if listed.is_none() {
-                            eprintln!(
-                                "turnstile quota: warning: the configuration defines no tier {t:?}: {key:?} keeps every rule's policies"
-                            );
-                        }
-                        listed.unwrap_or_default()
-                    });
-                    (redis.set_tier(&key, Some(t)).await.map_err(e)?, named)
-                }
-                None => (
-                    redis.set_override(&key, &policies).await.map_err(e)?,
-                    config.as_ref().map(|_| policies.clone()),
-                ),
-            };
-            let mut out = config_json(&key, &c);
-            if let (Some(config), Some(named)) = (&config, named) {
-                out["reaches"] = reaches(config, &named);
-            }
-            Ok(out)
-        }
+        } => set(&redis, &key, policies, tier, config.as_ref()).await,
         QuotaCommand::Get { key } => Ok(config_json(&key, &redis.config(&key).await.map_err(e)?)),
         QuotaCommand::Rm { key } => {
             warn_if_alone(&redis, &key).await;
@@ -271,6 +221,73 @@ async fn execute(args: QuotaArgs) -> Result<Value, String> {
             Ok(config_json(&key, &c))
         }
     }
+}
+
+/// The services' Redis: the flags' URL, prefix and TLS files, else `config`'s `[backend]`,
+/// else the defaults.
+fn open(args: &QuotaArgs, config: Option<&LayerConfig>) -> Result<RedisBackend, String> {
+    let backend = config.map(LayerConfig::backend);
+    let url = (args.redis_url.as_deref())
+        .or_else(|| backend.and_then(|b| b.url()))
+        .unwrap_or(DEFAULT_URL);
+    let prefix = (args.prefix.as_deref())
+        .or_else(|| backend.and_then(|b| b.prefix()))
+        .unwrap_or(turnstile_redis::DEFAULT_PREFIX);
+    let mut builder = args.tls.apply(RedisBackend::builder(url));
+    if let Some(b) = backend.filter(|_| args.tls.is_empty()) {
+        if let Some(ca) = b.tls_ca() {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let Some((cert, key)) = b.tls_client_cert() {
+            builder = builder.tls_client_cert(cert, key);
+        }
+    }
+    builder
+        .prefix(prefix)
+        .key_encoding(if args.plain_keys {
+            KeyEncoding::Plain
+        } else {
+            KeyEncoding::Hashed
+        })
+        .timeout(args.timeout)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// `quota set`: `key`'s tier or override, and with `config` the rules each of the policies
+/// it names reaches.
+async fn set(
+    redis: &RedisBackend,
+    key: &str,
+    policies: Vec<Policy>,
+    tier: Option<String>,
+    config: Option<&LayerConfig>,
+) -> Result<Value, String> {
+    let e = |e: turnstile_core::BackendError| describe(redis, e);
+    warn_if_alone(redis, key).await;
+    let (c, named) = match &tier {
+        Some(t) => {
+            let named = config.map(|c| {
+                let listed = c.tiers().find(|(n, _)| n == t).map(|(_, ps)| ps.to_vec());
+                if listed.is_none() {
+                    eprintln!(
+                        "turnstile quota: warning: the configuration defines no tier {t:?}: {key:?} keeps every rule's policies"
+                    );
+                }
+                listed.unwrap_or_default()
+            });
+            (redis.set_tier(key, Some(t)).await.map_err(e)?, named)
+        }
+        None => (
+            redis.set_override(key, &policies).await.map_err(e)?,
+            config.map(|_| policies.clone()),
+        ),
+    };
+    let mut out = config_json(key, &c);
+    if let (Some(config), Some(named)) = (config, named) {
+        out["reaches"] = reaches(config, &named);
+    }
+    Ok(out)
 }
 
 /// What `turnstile quota` does to each rule's policies.
