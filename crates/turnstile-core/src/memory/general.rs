@@ -1,6 +1,8 @@
 //! The in-memory backend's general path: any configuration (overrides, tiers, unconfigured
 //! keys), several policies, sliding windows and logs, policies whose parameters changed.
 
+use std::collections::HashMap;
+
 use super::check::{Place, Request};
 use super::entry::{Full, Policies, Slot};
 use super::shard::Shard;
@@ -14,6 +16,9 @@ use crate::policy::Policy;
 use crate::quota::{resolve, Applied, KeyConfig, Resolution, Source};
 use crate::shared::SharedPolicy;
 
+/// Up to this many policies, each finds its slot by scanning the entry's.
+const MANY: usize = 8;
+
 /// What a check found in its key's entry for each policy it checks: the slot holding the
 /// policy's state (by name), and, where that state was written under other parameters, the
 /// state carried over to the policy's (stored only if the request is admitted).
@@ -26,10 +31,19 @@ struct Found {
 impl Found {
     /// What `entry` holds for `ps` at `now_ms`.
     fn of(entry: Option<&Full>, ps: &[Policy], policies: &Policies, now_ms: u64) -> Found {
-        let slot_of: Few<Option<usize>> = ps
-            .iter()
-            .map(|p| entry.and_then(|e| e.slot_named(policies, p.name())))
-            .collect();
+        let slot_of: Few<Option<usize>> = match entry {
+            // Many policies: the entry's slots by name, once (linear, not one scan each).
+            Some(e) if ps.len() > MANY => {
+                let by_name: HashMap<&str, usize> = (e.slots.iter().enumerate())
+                    .filter_map(|(j, s)| Some((policies.get(s.policy)?.name(), j)))
+                    .collect();
+                ps.iter().map(|p| by_name.get(p.name()).copied()).collect()
+            }
+            _ => ps
+                .iter()
+                .map(|p| entry.and_then(|e| e.slot_named(policies, p.name())))
+                .collect(),
+        };
         let mut found = Found {
             slot_of,
             carried: Vec::new(),
