@@ -92,25 +92,21 @@ local TIME_S, TIME_MS = nil, 0
 -- load (wire/compose.rs).
 local GENERAL = nil
 
-local function check(KEYS, ARGV)
-  if not match then bind() end
-  local text, key = ARGV[1], KEYS[1]
-  local flags = FLAGS[text or false] or (text and flags_of(text))
-  if not flags or not key then
-    return redis.error_reply('TURNSTILE_ARGS malformed arguments')
-  end
-  local now, cost = flags.time, flags.cost
-  if not now then
-    -- The server's own reply, two decimal integers (seconds, microseconds): read by
-    -- arithmetic directly, as nat would read them; the seconds' product is kept while they
-    -- stay the same (the same text: one comparison of interned strings).
-    local t = redis.call('TIME')
-    local s, us = t[1], t[2] + 0
-    if s ~= TIME_S then TIME_S, TIME_MS = s, s * 1000 end
-    local r = us % 1000
-    now = TIME_MS + (us - r) / 1000
-  end
+-- The server's time in ms: its TIME reply, two decimal integers (seconds, microseconds),
+-- read by arithmetic directly, as nat would read them; the seconds' product is kept while
+-- they stay the same (the same text: one comparison of interned strings).
+local function server_ms()
+  local t = redis.call('TIME')
+  local s, us = t[1], t[2] + 0
+  if s ~= TIME_S then TIME_S, TIME_MS = s, s * 1000 end
+  local r = us % 1000
+  return TIME_MS + (us - r) / 1000
+end
 
+-- The reply of a check of the state string at key (KEYS[1]) at now (ms), once check has read
+-- its flags (flags_of's answer); ARGV is check's (the policy sets). batch.lua decides each
+-- check of a batch with it too.
+local function decide(ARGV, key, flags, now)
   -- The common case first (fast.lua): a check under the defaults' set (parsed before: its
   -- memo) of a key whose state string was written without configuration, or a fresh key
   -- without one; anything else, or fast_check's nil, takes the general path (general.lua).
@@ -118,10 +114,20 @@ local function check(KEYS, ARGV)
     -- (With EVALSHA the memo is empty at every call: the set is parsed here.)
     local set = SETS[ARGV[2]] or (ARGV[2] and set_of(ARGV[2]))
     if set and set.defaults then
-      local out = fast_check(set, key, now, cost, flags[3], cfgkey_of)
+      local out = fast_check(set, key, now, flags.cost, flags[3], cfgkey_of)
       if out then return out end
     end
   end
   if not GENERAL then GENERAL = general_path() end
   return GENERAL(ARGV, key, flags, now)
+end
+
+local function check(KEYS, ARGV)
+  if not match then bind() end
+  local text, key = ARGV[1], KEYS[1]
+  local flags = FLAGS[text or false] or (text and flags_of(text))
+  if not flags or not key then
+    return redis.error_reply('TURNSTILE_ARGS malformed arguments')
+  end
+  return decide(ARGV, key, flags, flags.time or server_ms())
 end

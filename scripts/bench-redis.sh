@@ -4,7 +4,12 @@
 # calls on Redis 7) with the same arguments and the same concurrency: the ceiling of a
 # one-round-trip design. Then a flood: one key far over its limit from 64 tasks, with the
 # backend's deny cache off and on, counting Redis calls per decision (INFO commandstats,
-# fcall + evalsha calls before and after).
+# fcall + evalsha calls before and after). Last the hot key (issue 27): one key that never
+# reaches its limit from two processes of HOT_CONCURRENCY tasks (default 64) each, with the
+# backend's coalescing off and on: Redis calls and Redis CPU (INFO commandstats' usec of
+# fcall + evalsha) per decision over the whole run of both processes, the CPU against
+# gcra.lua's per call (redis-benchmark, one key, 64 clients, same server), and p50/p99 latency
+# there and with one task alone. HOT_ONLY=1 runs only that part (HOT_ROUNDS rounds, default 3).
 #
 # A private redis-server (free port, no persistence) runs on one CPU, the load generators on
 # the other. The backend runs as a service would run it: a multi-thread tokio runtime (one
@@ -75,7 +80,88 @@ keep() {  # file label round: runs $ONCE until undisturbed, appends the kept LIN
     "$round" "$label" "$a" "$b" "$c" "$d" "$best_f" "$mark"
 }
 
+# --- The hot key (issue 27) -------------------------------------------------------------
+HOT_C="${HOT_CONCURRENCY:-64}"
+HOT_ROUNDS="${HOT_ROUNDS:-3}"
+# script_stats: "calls usec" of fcall + evalsha in INFO commandstats (since CONFIG RESETSTAT).
+script_stats() {
+  "${R[@]}" INFO commandstats | tr -d '\r' \
+    | awk -F'[:,=]' '/^cmdstat_(fcall|evalsha):/ { c += $3; u += $5 } END { printf("%d %d\n", c, u) }'
+}
+# gcra_once: gcra.lua on one key from redis-benchmark with 64 clients; LINE: usec per call.
+gcra_once() {
+  wait_quiet; measure_begin "$REDIS_PID"
+  "${R[@]}" CONFIG RESETSTAT >/dev/null
+  taskset -c "$CLIENT_CPU" redis-benchmark -p "$REDIS_PORT" -c 64 -n "$REQUESTS" -P 16 \
+    evalsha "$GCRA_SHA" 1 'gcra:{hot}' 1000000 1000000000 1 >/dev/null
+  measure_end "$REDIS_PID"
+  LINE=$(script_stats | awk '{ printf("%.3f\n", $2 / $1) }')
+}
+# hot_once on|off PROCESSES TASKS: that many redis_bench processes at once on one key (an
+# all-admitting token bucket); LINE: "decisions/s calls/decision usec/decision p50 p99" (the
+# calls and CPU over both processes' whole runs, warm-ups included, so every call counted
+# has its decisions counted; p50 and p99 the processes' mean).
+hot_once() {
+  local sw=$1 procs=$2 tasks=$3 i pids=()
+  wait_quiet; measure_begin "$REDIS_PID"
+  "${R[@]}" CONFIG RESETSTAT >/dev/null
+  for i in $(seq "$procs"); do
+    taskset -c "$CLIENT_CPU" "$BENCH" run --url "redis://127.0.0.1:$REDIS_PORT" --concurrency "$tasks" \
+      --keys 1 --coalesce "$sw" --duration-ms "$DURATION_MS" >"$OUT/hot$i.txt" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+  measure_end "$REDIS_PID"
+  local calls usec
+  read -r calls usec <<<"$(script_stats)"
+  LINE=$(cat "$OUT"/hot[0-9]*.txt | awk -v c="$calls" -v u="$usec" '{
+      for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+      d += f["decisions"] + f["warm_up_decisions"]; r += f["per_sec"]; p50 += f["p50_us"]; p99 += f["p99_us"]; n++ }
+    END { printf("%.0f %.4f %.3f %.1f %.1f\n", r, c / d, u / d, p50 / n, p99 / n) }')
+  rm -f "$OUT"/hot[0-9]*.txt
+}
+hot_key_section() {
+  find_gcra_lua
+  GCRA_SHA=$("${R[@]}" -x SCRIPT LOAD <"$GCRA_LUA")
+  echo "hot key: one key, all-admitting token bucket; 2 processes x $HOT_C tasks and 1 x 1 task, coalescing off and on; gcra.lua: redis-benchmark -c 64 on one key:"
+  local round sw line f
+  for round in $(seq "$HOT_ROUNDS"); do
+    ONCE=(gcra_once)
+    for _ in $(seq "$TRIES"); do "${ONCE[@]}"; [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break; done
+    echo "$LINE $FOREIGN" >>"$OUT/hot-gcra"
+    printf '  round %d  gcra.lua  %s us of Redis CPU per call  (foreign CPU %d%%)\n' "$round" "$LINE" "$FOREIGN"
+    if [ $((round % 2)) = 1 ]; then order="off on"; else order="on off"; fi
+    for sw in $order; do
+      for line in "2 $HOT_C" "1 1"; do
+        f="$OUT/hot-$sw-${line% *}x${line#* }"
+        ONCE=(hot_once "$sw" ${line})
+        for _ in $(seq "$TRIES"); do "${ONCE[@]}"; [ "$FOREIGN" -le "$FOREIGN_MAX" ] && break; done
+        echo "$LINE $FOREIGN" >>"$f"
+        read -r rate cpd upd p50 p99 <<<"$LINE"
+        printf '  round %d  coalescing %-3s %s x %-3s tasks  %8.0f decisions/s  %.4f Redis calls/decision  %.3f us Redis CPU/decision  p50 %.1f us  p99 %.1f us  (foreign CPU %d%%)\n' \
+          "$round" "$sw" "${line% *}" "${line#* }" "$rate" "$cpd" "$upd" "$p50" "$p99" "$FOREIGN"
+      done
+    done
+  done
+  echo
+  echo "hot key (median (min-max) over the rounds; CPU ratio paired with the round's gcra.lua run):"
+  printf '  %-26s %-26s %-26s %-26s %-22s %-22s %s\n' run "decisions/s" "Redis calls/decision" "Redis us/decision" "x gcra.lua us/call" "p50 us" "p99 us"
+  for sw in off on; do
+    for line in "2x$HOT_C" "1x1"; do
+      f="$OUT/hot-$sw-$line"
+      printf '  %-26s %-26s %-26s %-26s %-22s %-22s %s\n' "coalescing $sw, $line tasks" \
+        "$(cut -d' ' -f1 "$f" | stats)" "$(cut -d' ' -f2 "$f" | stats %.4f)" "$(cut -d' ' -f3 "$f" | stats %.3f)" \
+        "$(paste -d' ' "$f" "$OUT/hot-gcra" | awk '{ printf("%.3f\n", $3 / $7) }' | stats %.3f)" \
+        "$(cut -d' ' -f4 "$f" | stats %.1f)" "$(cut -d' ' -f5 "$f" | stats %.1f)"
+    done
+  done
+  echo "  gcra.lua: $(cut -d' ' -f1 "$OUT/hot-gcra" | stats %.3f) us of Redis CPU per call"
+  echo "  goals (issue 27), 2x$HOT_C with coalescing on: <= 0.25 Redis calls/decision, <= 0.30x gcra.lua's CPU per call;"
+  echo "  1-task p50 within 5% of coalescing off; p50 and p99 at $HOT_C tasks no worse than off"
+}
+
 machine
+if [ "${HOT_ONLY:-0}" = 1 ]; then hot_key_section; exit 0; fi
 echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on CPU $SERVER_CPU (port $REDIS_PORT, no persistence); clients on CPU $CLIENT_CPU; $ROUNDS rounds"
 echo "# check function $FN; 10,000 keys; one all-admitting token bucket (1/s, burst 10^9)"
 for c in $CONCURRENCY; do
@@ -155,3 +241,5 @@ done
 printf '  cut in Redis calls per decision (off / on, paired): %s over %s of %s rounds   (goal >= 10)\n' \
   "$(pair "$OUT/flood-off" 2 "$OUT/flood-on" 2 | stats %.0f)" "$(pair "$OUT/flood-off" 2 "$OUT/flood-on" 2 | used)" "$ROUNDS"
 printf '  decisions/s (on / off, paired): %s\n' "$(pair "$OUT/flood-on" 1 "$OUT/flood-off" 1 | stats %.1f)"
+echo
+hot_key_section

@@ -8,9 +8,24 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const INSTALL_HINT: &str = "redis-server was not found on PATH. The Redis tests start their own \
-servers; install Redis with `sudo apt-get install -y redis-server` (scripts/test does this on a \
-fresh machine), or set REDIS_URL to use an existing server for the tests that allow it.";
+const INSTALL_HINT: &str = "was not found. The Redis tests start their own servers; install \
+Redis with `sudo apt-get install -y redis-server` (scripts/test does this on a fresh machine, and \
+installs Valkey for its second pass), or set REDIS_URL to use an existing server for the tests \
+that allow it.";
+
+/// The server program the tests start: `TURNSTILE_TEST_SERVER` (a path or a name on `PATH`,
+/// for example a `valkey-server`), else `redis-server`. A server with TLS arguments runs
+/// `TURNSTILE_TEST_TLS_SERVER` when it is set (Valkey's wheel build has no TLS, so
+/// `scripts/test` runs the TLS tests of its Valkey pass on `redis-server`).
+fn server_program(tls: bool) -> String {
+    let tls_program = tls
+        .then(|| std::env::var("TURNSTILE_TEST_TLS_SERVER").ok())
+        .flatten();
+    tls_program
+        .or_else(|| std::env::var("TURNSTILE_TEST_SERVER").ok())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
 
 /// A `redis-server` child process on 127.0.0.1.
 #[derive(Debug)]
@@ -184,11 +199,13 @@ impl RedisServer {
         self.launch(&args);
     }
 
-    /// Kills the server if it runs, starts `redis-server ARGS` in its folder and waits until
-    /// it answers `PING` (a TLS server: until it accepts connections).
+    /// Kills the server if it runs, starts the server program (see [`server_program`]) with
+    /// `ARGS` in its folder and waits until it answers `PING` (a TLS server: until it accepts
+    /// connections).
     fn launch(&mut self, args: &[&str]) {
         self.kill();
-        let child = Command::new("redis-server")
+        let program = server_program(self.tls || args.iter().any(|a| a.starts_with("--tls")));
+        let child = Command::new(&program)
             .args(args)
             .current_dir(&self.dir)
             .stdout(Stdio::null())
@@ -196,8 +213,10 @@ impl RedisServer {
             .spawn();
         let child = match child {
             Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-            Err(e) => panic!("could not start redis-server: {e}"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("{program} {INSTALL_HINT}")
+            }
+            Err(e) => panic!("could not start {program}: {e}"),
         };
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -213,14 +232,11 @@ impl RedisServer {
                 return;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!(
-                    "redis-server on port {} exited at start: {status}",
-                    self.port
-                );
+                panic!("{program} on port {} exited at start: {status}", self.port);
             }
             assert!(
                 Instant::now() < deadline,
-                "redis-server on port {} did not answer PING within 10 s",
+                "{program} on port {} did not answer PING within 10 s",
                 self.port
             );
             std::thread::sleep(Duration::from_millis(20));

@@ -6,14 +6,16 @@
 //! redis_bench library > library.lua        # turnstile_redis::library().source(), verbatim
 //! redis_bench run --url redis://127.0.0.1:6379 --concurrency 64 --duration-ms 5000
 //! redis_bench run --url ... --concurrency 64 --flood --deny-cache off
+//! redis_bench run --url ... --concurrency 64 --keys 1 --coalesce on   # one hot key
 //! redis_bench run --url ... --concurrency 1 --raw   # diagnosis: redis-rs alone, no backend
 //! ```
 //!
 //! `run` prints one line of `name=value` fields: decisions, decisions per second, latency
 //! percentiles (µs, each decision timed from its call to its answer), how many were admitted
 //! and denied, the server's counts of `EVALSHA`, `FCALL` (and their sum, `script_calls`) and `PING` calls over the measured part
-//! (`INFO commandstats` before and after, on a connection of its own) and the backend's own
-//! count of Redis calls. Errors are not hidden: the backend
+//! (`INFO commandstats` before and after, on a connection of its own), the server's CPU in
+//! those scripts (`script_usec`), the warm-up's decisions, and the backend's own counts of
+//! Redis calls and of calls that carried several checks (`batches`). Errors are not hidden: the backend
 //! has no local fallback (it would decide in memory and inflate the rate), and any error
 //! fails the run.
 
@@ -89,6 +91,10 @@ struct Run {
     /// The local deny cache.
     #[arg(long, value_enum, default_value_t = Switch::Off)]
     deny_cache: Switch,
+    /// Coalescing of concurrent checks of one key (`RedisBackendBuilder::coalesce`); the
+    /// builder's default when not given.
+    #[arg(long, value_enum)]
+    coalesce: Option<Switch>,
     /// A current-thread runtime instead of a multi-thread one: for comparison only (a
     /// service runs the multi-thread runtime).
     #[arg(long)]
@@ -155,10 +161,13 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     // The default prefix and hashed keys: the key names redis-benchmark is given have the
     // same shape and length.
     let _ignored = run.pool;
-    let backend = RedisBackend::builder(run.url.clone())
+    let mut builder = RedisBackend::builder(run.url.clone())
         // Long enough that a loaded single core never times a call out.
-        .timeout(Duration::from_secs(10))
-        .build()?;
+        .timeout(Duration::from_secs(10));
+    if let Some(on) = run.coalesce {
+        builder = builder.coalesce(on == Switch::On);
+    }
+    let backend = builder.build()?;
     // The deny cache as the examples use it: `DenyCache::new`, capped at 1 s.
     let cached = DenyCache::new(backend.clone());
     let limits = Limits::new(policies.iter().cloned())?;
@@ -186,11 +195,12 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
-    run_phase(match run.count {
+    let warm_up = run_phase(match run.count {
         Some(_) => Length::Checks(200),
         None => Length::Time(Duration::from_millis(500)),
     })
     .await?;
+    let warm_up: u64 = warm_up.iter().map(|t| t.allowed + t.denied).sum();
     let info = InfoConn::open(&run.url).await?;
     let stats_before = info.calls().await?;
     let before = backend.stats();
@@ -205,8 +215,15 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     let after = backend.stats();
     let stats_after = info.calls().await?;
     let delta = |cmd: &str| {
-        stats_after.get(cmd).copied().unwrap_or(0) - stats_before.get(cmd).copied().unwrap_or(0)
+        let at = |stats: &HashMap<String, (u64, u64)>| stats.get(cmd).map_or(0, |c| c.0);
+        at(&stats_after) - at(&stats_before)
     };
+    // The server's CPU in the scripts (µs, INFO commandstats' usec).
+    let usec = |cmd: &str| {
+        let at = |stats: &HashMap<String, (u64, u64)>| stats.get(cmd).map_or(0, |c| c.1);
+        at(&stats_after) - at(&stats_before)
+    };
+    let script_usec = usec("evalsha") + usec("fcall");
     let evalsha = delta("evalsha");
     // The backend calls its Function library (FCALL) where Redis offers Functions.
     let fcall = delta("fcall");
@@ -232,13 +249,14 @@ async fn bench(run: Run) -> Result<(), Box<dyn std::error::Error>> {
     let n = lat.len() as u64;
     let calls = after.redis_calls - before.redis_calls;
     println!(
-        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} evalsha_calls={evalsha} fcall_calls={fcall} script_calls={} ping_calls={ping} backend_redis_calls={calls} deny_cache_hits={} fallback={}",
+        "decisions={n} seconds={secs:.3} per_sec={:.0} p50_us={:.1} p99_us={:.1} allowed={allowed} denied={denied} evalsha_calls={evalsha} fcall_calls={fcall} script_calls={} ping_calls={ping} backend_redis_calls={calls} deny_cache_hits={} fallback={} script_usec={script_usec} warm_up_decisions={warm_up} batches={}",
         n as f64 / secs,
         pct(0.50),
         pct(0.99),
         evalsha + fcall,
         cached.hits() - hits_before,
         0,
+        after.batches - before.batches,
     );
     Ok(())
 }
@@ -252,9 +270,10 @@ impl InfoConn {
         Ok(InfoConn(client.get_multiplexed_async_connection().await?))
     }
 
-    /// Every command's `calls` from `INFO commandstats` (`cmdstat_<name>:calls=N,...`): what
-    /// the server ran, from any client. Only this benchmark uses its private server.
-    async fn calls(&self) -> Result<HashMap<String, u64>, Box<dyn std::error::Error>> {
+    /// Every command's `calls` and `usec` from `INFO commandstats`
+    /// (`cmdstat_<name>:calls=N,usec=U,...`): what the server ran, from any client. Only this
+    /// benchmark uses its private server.
+    async fn calls(&self) -> Result<HashMap<String, (u64, u64)>, Box<dyn std::error::Error>> {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut self.0.clone())
@@ -263,8 +282,10 @@ impl InfoConn {
             .lines()
             .filter_map(|l| {
                 let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-                let n = rest.split(',').next()?.parse().ok()?;
-                Some((name.to_owned(), n))
+                let mut fields = rest.split(',');
+                let n = fields.next()?.parse().ok()?;
+                let usec = fields.find_map(|f| f.strip_prefix("usec="))?.parse().ok()?;
+                Some((name.to_owned(), (n, usec)))
             })
             .collect())
     }

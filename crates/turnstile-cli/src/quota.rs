@@ -363,8 +363,16 @@ async fn warn_if_alone(redis: &RedisBackend, key: &str) {
 }
 
 /// The message for `e`: an unreachable or silent Redis is named by its URL (without
-/// credentials), with how to start one and the flag that points elsewhere.
+/// credentials), with how to start one and the flag that points elsewhere; a failed TLS
+/// handshake says so, and which flags set what it checks.
 fn describe(redis: &RedisBackend, e: turnstile_core::BackendError) -> String {
+    if let turnstile_core::BackendError::Connection(source) = &e {
+        if let Some(tls) = source.downcast_ref::<turnstile_redis::TlsHandshakeError>() {
+            return format!(
+                "{tls}. Redis answered, but the TLS handshake failed: check that --tls-ca FILE (or the system trust store) holds the CA that signed the server's certificate, that the URL's host is a name in that certificate, and, when the server asks for a client certificate, --tls-cert and --tls-key"
+            );
+        }
+    }
     match e {
         turnstile_core::BackendError::Connection(_) | turnstile_core::BackendError::Timeout { .. } => format!(
             "cannot reach Redis at {} ({e}). Start one (`redis-server --daemonize yes`; scripts/test installs it) or give the services' Redis with --redis-url URL",

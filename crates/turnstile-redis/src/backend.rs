@@ -16,6 +16,7 @@ use turnstile_core::{
 
 use crate::call::{Call, Which};
 use crate::cluster::{slot_of, ClusterConn};
+use crate::coalesce::{Lanes, Pair};
 use crate::fault::{redis_error, Failed, Fault};
 use crate::health::{Attempt, Change, Health, HealthConfig, NodeDown, NodeHealth};
 use crate::keys::{config_key, KeyEncoding};
@@ -149,11 +150,15 @@ pub(crate) struct Inner<C> {
     /// A single node's entry in `health`, looked up once.
     pub(crate) single_health: OnceLock<Arc<NodeHealth>>,
     pub(crate) stats: Counters,
+    /// The lanes of coalesced checks (`None`: coalescing is off).
+    pub(crate) lanes: Option<Lanes>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    redis_calls: AtomicU64,
+    pub(crate) redis_calls: AtomicU64,
+    pub(crate) checks: AtomicU64,
+    pub(crate) batches: AtomicU64,
     late_refunds: AtomicU64,
 }
 
@@ -161,8 +166,16 @@ pub(crate) struct Counters {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisStats {
-    /// Check-script calls sent to Redis (checks, refunds, resets).
+    /// Script calls sent to Redis: checks (alone or several in one call), refunds, resets.
     pub redis_calls: u64,
+    /// Checks sent to Redis, each check of a call that carried several counted once (see
+    /// [`coalesce`](crate::RedisBackendBuilder::coalesce)), and again when a call left it
+    /// undecided and the next one carried it: with `redis_calls`, how many decisions one
+    /// call made.
+    pub checks: u64,
+    /// Calls that carried several checks of one client key (see
+    /// [`coalesce`](crate::RedisBackendBuilder::coalesce)).
+    pub batches: u64,
     /// `FUNCTION LOAD`s of the Function library and `SCRIPT LOAD`s of the `EVALSHA` scripts
     /// sent: the first call on each node (or each new connection to a single node) and each
     /// reload after a restart, a failover or a flush (see
@@ -212,6 +225,8 @@ impl<C: Clock> RedisBackend<C> {
     pub fn stats(&self) -> RedisStats {
         RedisStats {
             redis_calls: self.inner.stats.redis_calls.load(Ordering::Relaxed),
+            checks: self.inner.stats.checks.load(Ordering::Relaxed),
+            batches: self.inner.stats.batches.load(Ordering::Relaxed),
             late_refunds: self.inner.stats.late_refunds.load(Ordering::Relaxed),
             script_loads: self.inner.scripts.loads(),
             connects: self.inner.target.connects(),
@@ -244,7 +259,7 @@ impl<C: Clock> RedisBackend<C> {
 
     /// [`Self::call`] for the client whose state string is `state_key`, telling what a
     /// failure says about the node; nothing is sent after `deadline`.
-    async fn call_on_node(
+    pub(crate) async fn call_on_node(
         &self,
         state_key: &str,
         sets: Sets<'_>,
@@ -262,13 +277,11 @@ impl<C: Clock> RedisBackend<C> {
         // One key: the client's state string (its configuration hash, in the same slot, is
         // derived from it by the script when it must be read).
         inv.key(state_key);
-        let min_ttl = if now_ms.is_some() {
-            SIMULATION_MIN_TTL.as_millis() as u64
-        } else {
-            0
-        };
-        check_args(&mut inv, sets, op, cost, now_ms, min_ttl);
+        check_args(&mut inv, sets, op, cost, now_ms, min_ttl(now_ms));
         self.inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        if op == Op::Check {
+            self.inner.stats.checks.fetch_add(1, Ordering::Relaxed);
+        }
         let reply: redis::Value = self.inner.target.invoke(&inv, state_key, deadline).await?;
         let request = |error| Failed {
             error,
@@ -291,7 +304,7 @@ impl<C: Clock> RedisBackend<C> {
 
     /// The failure of a call that timed out: what the last attempt to connect said, when the
     /// call was still waiting for a connection, else a timeout.
-    fn timed_out(&self) -> Failed {
+    pub(crate) fn timed_out(&self) -> Failed {
         let inner = &*self.inner;
         inner
             .target
@@ -436,8 +449,13 @@ impl<C: Clock> RedisBackend<C> {
             .get_or_init(|| inner.health.node(&inner.node))
     }
 
-    /// A check of the client whose state string is `key`, with the failure handling.
-    async fn run(self, key: String, limits: Limits, cost: u64, now_ms: Option<u64>) -> CheckResult {
+    /// Lets a call for the client whose state string is `key` begin on its node (see
+    /// `health.rs`), and returns the attempt and the node's Cluster, if any.
+    ///
+    /// # Errors
+    /// [`NodeDown`] (as a [`BackendError::Connection`]) while the node counts as down and the
+    /// call is not its probe, or when the probe must wait for a new connection.
+    pub(crate) fn begin(&self, key: &str) -> Result<(Attempt, Option<&ClusterConn>), BackendError> {
         let inner = &*self.inner;
         let master;
         let (node, cluster) = match &inner.target {
@@ -462,48 +480,18 @@ impl<C: Clock> RedisBackend<C> {
                 c.refresh_in_background();
             }
         }
-        let started = inner.target.generation();
-        let deadline = Instant::now() + inner.timeout;
-        // The call runs to its end even when the caller stops waiting: a script Redis runs
-        // after the timeout may have charged a request the caller refused or decided
-        // elsewhere, and is then refunded (a request is never charged for nothing).
-        let this = self.clone();
-        let mut call = Box::pin(async move {
-            let tiers = tier_list(&limits);
-            let result = this
-                .call_on_node(
-                    &key,
-                    sets(&limits, &tiers),
-                    Op::Check,
-                    cost,
-                    now_ms,
-                    deadline,
-                )
-                .await;
-            (result, this, key, limits)
-        });
-        let result = match tokio::time::timeout_at(deadline, &mut call).await {
-            Ok((result, ..)) => result,
-            Err(_) => {
-                tokio::spawn(Self::finish_late(call, cost, now_ms));
-                Err(self.timed_out())
-            }
-        };
-        match result {
-            Ok((_, decision)) => {
-                attempt.answered();
-                Ok(decision)
-            }
-            Err(failed) => {
-                self.settle(attempt, failed.fault, started, cluster);
-                Err(failed.error)
-            }
-        }
+        Ok((attempt, cluster))
     }
 
     /// What a call that began at connection generation `started` and failed with `fault`
     /// tells about its node: its health, and whether its connection is replaced.
-    fn settle(&self, attempt: Attempt, fault: Fault, started: u64, cluster: Option<&ClusterConn>) {
+    pub(crate) fn settle(
+        &self,
+        attempt: Attempt,
+        fault: Fault,
+        started: u64,
+        cluster: Option<&ClusterConn>,
+    ) {
         let inner = &*self.inner;
         if fault.counts_against_node() {
             let change = attempt.failed(
@@ -524,26 +512,6 @@ impl<C: Clock> RedisBackend<C> {
             attempt.answered();
         }
     }
-
-    /// Awaits a check its caller gave up on, for at most [`LATE_REPLY_WAIT`], and refunds
-    /// what it charged.
-    async fn finish_late(
-        call: Pin<
-            Box<impl Future<Output = (Result<(u64, Decision), Failed>, Self, String, Limits)>>,
-        >,
-        cost: u64,
-        now_ms: Option<u64>,
-    ) {
-        let Ok((late, this, key, limits)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await
-        else {
-            return;
-        };
-        if let Ok((_, decision)) = late {
-            if decision.allowed() && cost > 0 {
-                this.refund_late(&key, &limits, cost, now_ms).await;
-            }
-        }
-    }
 }
 
 /// Whether a failed round that changed a node's health as `change` says, for `fault`, calls
@@ -561,9 +529,10 @@ fn replaces(change: Change, fault: Fault) -> bool {
 }
 
 impl<C: Clock> RedisBackend<C> {
-    /// Gives back `cost` units a timed-out check charged after its caller gave up; `key` is
-    /// the client's state string.
-    async fn refund_late(&self, key: &str, limits: &Limits, cost: u64, now_ms: Option<u64>) {
+    /// Gives back `cost` units a check of `pair` charged after its caller gave up (it timed
+    /// out, or its caller stopped waiting).
+    pub(crate) async fn refund_late(&self, pair: &Pair, cost: u64) {
+        let (key, limits, now_ms) = (&pair.key, &pair.limits, pair.now_ms);
         let tiers = tier_list(limits);
         // Generous: the refund is the only thing left to do for this request.
         let deadline = Instant::now() + self.inner.timeout.saturating_mul(10);
@@ -594,6 +563,16 @@ impl<C: Clock> RedisBackend<C> {
                 "a timed-out check was charged by Redis after all; its refund timed out too"
             ),
         }
+    }
+}
+
+/// The least TTL (ms) of a key a call writes: 0 at the server's time, [`SIMULATION_MIN_TTL`]
+/// with an explicit time (`now_ms`).
+pub(crate) fn min_ttl(now_ms: Option<u64>) -> u64 {
+    if now_ms.is_some() {
+        SIMULATION_MIN_TTL.as_millis() as u64
+    } else {
+        0
     }
 }
 
@@ -634,7 +613,11 @@ impl<C: Clock> Backend for RedisBackend<C> {
         now_ms: Option<u64>,
     ) -> Self::Future {
         // The client's state key, built at once: the call needs nothing else of `key`.
-        let state_key = self.inner.keys.states_key_of(&self.inner.prefix, key);
-        Box::pin(self.clone().run(state_key, limits.clone(), cost, now_ms))
+        let pair = Pair {
+            key: self.inner.keys.states_key_of(&self.inner.prefix, key),
+            limits: limits.clone(),
+            now_ms,
+        };
+        Box::pin(self.clone().run(Arc::new(pair), cost))
     }
 }

@@ -8,6 +8,7 @@ use turnstile_core::{Clock, SystemClock};
 
 use crate::backend::{Counters, Inner, RedisBackend};
 use crate::cluster::ClusterConn;
+use crate::coalesce::Lanes;
 use crate::conn::{NodeConn, Source};
 use crate::error::InvalidRedisConfig;
 use crate::health::{Health, HealthConfig};
@@ -29,6 +30,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 /// 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The default most policy evaluations one Redis call of several coalesced checks may make
+/// (checks × policies per check): 128. See [`RedisBackendBuilder::batch_evaluations`].
+pub const DEFAULT_BATCH_EVALUATIONS: usize = 128;
+
+/// The largest [`RedisBackendBuilder::batch_evaluations`] accepted: 100,000.
+pub const MAX_BATCH_EVALUATIONS: usize = 100_000;
+
 /// Configures a [`RedisBackend`].
 #[derive(Debug)]
 #[must_use]
@@ -42,6 +50,8 @@ pub struct RedisBackendBuilder<C = SystemClock> {
     pub(crate) health: HealthConfig,
     tls: TlsFiles,
     script_mode: ScriptMode,
+    coalesce: bool,
+    batch_evaluations: usize,
     clock: C,
 }
 
@@ -65,6 +75,8 @@ impl RedisBackend<SystemClock> {
             health: HealthConfig::default(),
             tls: TlsFiles::default(),
             script_mode: ScriptMode::Auto,
+            coalesce: true,
+            batch_evaluations: DEFAULT_BATCH_EVALUATIONS,
             clock: SystemClock,
         }
     }
@@ -144,6 +156,43 @@ impl<C> RedisBackendBuilder<C> {
         self
     }
 
+    /// Whether concurrent checks of one client key share Redis calls (default `true`).
+    ///
+    /// While a check of a client key (with given limits and time) is in flight from this
+    /// backend, further checks of the same key and limits wait for it and are then sent
+    /// together as one call, which decides them in their order, each all-or-nothing over its
+    /// policies, at one reading of the server's `TIME`: each gets exactly the decision it would
+    /// have got sent alone, the checks one after the other at that time. There is no timer: a
+    /// check with nothing in flight for its key goes at once, alone. A hot key — one API key
+    /// a whole fleet shares, a global limit — then costs Redis a call per round trip rather
+    /// than one per check. A longer queue goes in several calls, each within
+    /// [`batch_evaluations`](Self::batch_evaluations).
+    ///
+    /// Each check keeps its own timeout, counted from its arrival (a check that waited behind
+    /// a call does not get a second full timeout); a call that times out fails each of its
+    /// checks by the caller's failure policy and counts once against the node; each admitted
+    /// check of a call that ran after its caller gave up is refunded.
+    /// [`RedisStats`](crate::RedisStats) counts calls and checks apart.
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.coalesce = on;
+        self
+    }
+
+    /// The most policy evaluations one call of several coalesced checks may make: checks ×
+    /// the policies each evaluates (default [`DEFAULT_BATCH_EVALUATIONS`], from 1 to
+    /// [`MAX_BATCH_EVALUATIONS`]), so that no call holds Redis much longer than one large
+    /// check. A call holds as many queued checks as fit, at least one; the script stops at the
+    /// budget when a key's override has more policies than its limits' sets, and the checks
+    /// left go in the next call, first.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) returns [`InvalidRedisConfig::BatchEvaluations`] for 0 or more
+    /// than [`MAX_BATCH_EVALUATIONS`].
+    pub fn batch_evaluations(mut self, max: usize) -> Self {
+        self.batch_evaluations = max;
+        self
+    }
+
     /// The local clock: used only to time the retry interval. Decisions on Redis use the
     /// server's `TIME`.
     pub fn clock<C2: Clock>(self, clock: C2) -> RedisBackendBuilder<C2> {
@@ -157,6 +206,8 @@ impl<C> RedisBackendBuilder<C> {
             health: self.health,
             tls: self.tls,
             script_mode: self.script_mode,
+            coalesce: self.coalesce,
+            batch_evaluations: self.batch_evaluations,
             clock,
         }
     }
@@ -176,6 +227,9 @@ impl<C> RedisBackendBuilder<C> {
     /// the `sentinel` feature, or with [`cluster(true)`](Self::cluster));
     /// [`InvalidRedisConfig::Prefix`] for an empty prefix or one holding `{` or `}`;
     /// [`InvalidRedisConfig::FailureThreshold`] for a failure threshold of 0;
+    /// [`InvalidRedisConfig::BatchEvaluations`] for a
+    /// [`batch_evaluations`](Self::batch_evaluations) of 0 or above
+    /// [`MAX_BATCH_EVALUATIONS`];
     /// [`InvalidRedisConfig::Tls`] for TLS settings that cannot work (see there).
     pub fn build(self) -> Result<RedisBackend<C>, InvalidRedisConfig>
     where
@@ -186,6 +240,9 @@ impl<C> RedisBackendBuilder<C> {
         }
         if self.health.failure_threshold == 0 {
             return Err(InvalidRedisConfig::FailureThreshold(0));
+        }
+        if !(1..=MAX_BATCH_EVALUATIONS).contains(&self.batch_evaluations) {
+            return Err(InvalidRedisConfig::BatchEvaluations(self.batch_evaluations));
         }
         let health = self.health;
         // Our own timeout bounds every call; redis-rs's default 500 ms response timeout
@@ -227,6 +284,7 @@ impl<C> RedisBackendBuilder<C> {
                 single_health: std::sync::OnceLock::new(),
                 health: Health::default(),
                 stats: Counters::default(),
+                lanes: self.coalesce.then(|| Lanes::new(self.batch_evaluations)),
             }),
         })
     }

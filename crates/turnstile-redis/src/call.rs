@@ -4,10 +4,12 @@ use std::cell::Cell;
 
 use redis::{Arg, Cmd, ToRedisArgs};
 
-/// What a call runs: the check function (checks, refunds, resets) or the configuration one.
+/// What a call runs: the check function (checks, refunds, resets), the batch function
+/// (several checks of one key) or the configuration one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Which {
     Check,
+    Batch,
     Config,
 }
 

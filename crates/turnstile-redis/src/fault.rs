@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use turnstile_core::BackendError;
 
+use crate::error::TlsHandshakeError;
 use crate::server::{Refused, UnsupportedRedisVersion};
 
 /// How the backend treats one failed call (see [`classify`]).
@@ -208,9 +209,10 @@ impl NoConnection {
     pub(crate) fn failed(&self) -> Failed {
         let error = match self {
             NoConnection::Connect { error, node } if is_not_redis(error) => not_redis(error, node),
-            NoConnection::Connect { error, .. } => {
-                BackendError::Connection(Box::new(error.clone()))
-            }
+            NoConnection::Connect { error, node } => match tls_failure(error, node) {
+                Some(tls) => BackendError::Connection(Box::new(tls)),
+                None => BackendError::Connection(Box::new(error.clone())),
+            },
             NoConnection::Version(v) => BackendError::Connection(Box::new(v.clone())),
             NoConnection::Unanswered(after) => BackendError::Timeout { after: *after },
         };
@@ -260,10 +262,44 @@ fn not_redis(e: &RedisError, node: &str) -> BackendError {
     )
 }
 
+/// The failed TLS handshake under `e`, if that is what failed: redis-rs keeps the I/O error
+/// of a connection attempt as its source (behind an `Arc`), and tokio-rustls puts rustls's
+/// error in that.
+#[cfg(feature = "tls")]
+fn tls_failure(e: &RedisError, node: &str) -> Option<TlsHandshakeError> {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let mut cause = std::error::Error::source(e);
+    while let Some(mut c) = cause {
+        if let Some(shared) = c.downcast_ref::<Shared>() {
+            c = &**shared;
+        }
+        if let Some(inner) = c
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            c = inner;
+        }
+        if let Some(tls) = c.downcast_ref::<rustls::Error>() {
+            return Some(TlsHandshakeError::new(node, tls.to_string()));
+        }
+        cause = c.source();
+    }
+    None
+}
+
+/// Without the `tls` feature no connection uses TLS.
+#[cfg(not(feature = "tls"))]
+fn tls_failure(_: &RedisError, _: &str) -> Option<TlsHandshakeError> {
+    None
+}
+
 /// The [`BackendError`] of a Redis error from `node` (as `RedisBackend::node` names it).
 pub(crate) fn redis_error(e: RedisError, node: &str) -> BackendError {
     if is_not_redis(&e) {
         return not_redis(&e, node);
+    }
+    if let Some(tls) = tls_failure(&e, node) {
+        return BackendError::Connection(Box::new(tls));
     }
     if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
         return BackendError::Connection(Box::new(e));

@@ -70,8 +70,10 @@ mod backend;
 mod builder;
 mod call;
 mod cluster;
+mod coalesce;
 mod conn;
 mod connector;
+mod dispatch;
 mod error;
 mod fault;
 mod health;
@@ -85,12 +87,15 @@ mod tls;
 mod wire;
 
 pub use backend::{CheckFuture, RedisBackend, RedisStats, SIMULATION_MIN_TTL};
-pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL, DEFAULT_TIMEOUT};
-pub use error::InvalidRedisConfig;
+pub use builder::{
+    RedisBackendBuilder, DEFAULT_BATCH_EVALUATIONS, DEFAULT_PREFIX, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_TIMEOUT, MAX_BATCH_EVALUATIONS,
+};
+pub use error::{InvalidRedisConfig, TlsHandshakeError};
 pub use health::{NodeDown, DEFAULT_FAILURE_THRESHOLD};
 pub use keys::KeyEncoding;
 pub use library::{library, FunctionLibrary, ScriptMode};
 /// The `redis` crate this backend is built on (its `Value`, errors and URLs appear in this API).
 pub use redis;
 pub use server::{UnsupportedRedisVersion, MIN_REDIS_VERSION};
-pub use wire::{CHECK_SCRIPT, CONFIG_SCRIPT};
+pub use wire::{BATCH_SCRIPT, CHECK_SCRIPT, CONFIG_SCRIPT};

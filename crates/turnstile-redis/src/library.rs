@@ -5,7 +5,7 @@
 //! Its name is `turnstile_<N>_<hash>`: `N` the release (see [`RELEASE`]), `hash` the first
 //! 12 hex digits of the SHA-256 of its body, so two builds with different Lua never share a
 //! name. Function names are global across a server's libraries, so its functions carry the
-//! library's name too: `<library>_check`, `<library>_config`.
+//! library's name too: `<library>_check`, `<library>_batch`, `<library>_config`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::call::{Call, Which};
 use crate::fault::{classify, is_function_not_found as is_not_found, Fault};
 use crate::server::Query;
-use crate::wire::{CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
+use crate::wire::{BATCH_SCRIPT, CHECK_SCRIPT, CONFIG_SCRIPT, LIBRARY_BODY};
 
 /// Every library name begins with this.
 pub(crate) const LIBRARY_PREFIX: &str = "turnstile_";
@@ -56,6 +56,7 @@ const fn release(major: &str, minor: &str, patch: &str) -> u64 {
 pub struct FunctionLibrary {
     name: String,
     check: String,
+    batch: String,
     config: String,
     source: String,
 }
@@ -75,6 +76,13 @@ impl FunctionLibrary {
         &self.check
     }
 
+    /// The function batches of checks call (`<library>_batch`), with the batch script's keys
+    /// and arguments (see `lua/batch.lua`): several checks of one client key, decided in one
+    /// call as they would be one by one.
+    pub fn batch_function(&self) -> &str {
+        &self.batch
+    }
+
     /// The function configuration operations call (`<library>_config`; see
     /// `lua/config.lua`).
     pub fn config_function(&self) -> &str {
@@ -82,8 +90,9 @@ impl FunctionLibrary {
     }
 
     /// The source `FUNCTION LOAD` is given: a `#!lua name=` line, the same Lua as
-    /// [`CHECK_SCRIPT`](crate::CHECK_SCRIPT) and [`CONFIG_SCRIPT`](crate::CONFIG_SCRIPT)
-    /// without their last lines, and the two functions' registration.
+    /// [`CHECK_SCRIPT`](crate::CHECK_SCRIPT), [`BATCH_SCRIPT`](crate::BATCH_SCRIPT) and
+    /// [`CONFIG_SCRIPT`](crate::CONFIG_SCRIPT) without their last lines, and the three
+    /// functions' registration.
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -101,14 +110,20 @@ fn compose(release: u64, body: &str) -> FunctionLibrary {
     let digest = Sha256::digest(body.as_bytes());
     let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
     let name = format!("{LIBRARY_PREFIX}{release}_{hash}");
-    let (check, config) = (format!("{name}_check"), format!("{name}_config"));
+    let (check, batch, config) = (
+        format!("{name}_check"),
+        format!("{name}_batch"),
+        format!("{name}_config"),
+    );
     let source = format!(
         "#!lua name={name}\n{body}\nredis.register_function('{check}', check)\n\
+         redis.register_function('{batch}', batch)\n\
          redis.register_function('{config}', config)\n"
     );
     FunctionLibrary {
         name,
         check,
+        batch,
         config,
         source,
     }
@@ -176,6 +191,7 @@ pub(crate) struct Scripts {
     mode: ScriptMode,
     library: &'static FunctionLibrary,
     check: Script,
+    batch: Script,
     config: Script,
     fallback_logged: AtomicBool,
     loads: AtomicU64,
@@ -237,6 +253,7 @@ impl Scripts {
             mode,
             library: library(),
             check: Script::new(CHECK_SCRIPT),
+            batch: Script::new(BATCH_SCRIPT),
             config: Script::new(CONFIG_SCRIPT),
             fallback_logged: AtomicBool::new(false),
             loads: AtomicU64::new(0),
@@ -252,6 +269,7 @@ impl Scripts {
     pub(crate) fn function(&self, which: Which) -> &str {
         match which {
             Which::Check => &self.library.check,
+            Which::Batch => &self.library.batch,
             Which::Config => &self.library.config,
         }
     }
@@ -421,6 +439,7 @@ impl Scripts {
     async fn evalsha(&self, q: &mut impl Query, call: &Call) -> Result<Value, RedisError> {
         let script = match call.which {
             Which::Check => &self.check,
+            Which::Batch => &self.batch,
             Which::Config => &self.config,
         };
         match query(q, &call.cmd("EVALSHA", &script.sha1)).await {
@@ -463,6 +482,7 @@ mod tests {
             .starts_with(&format!("#!lua name={}\n", lib.name)));
         assert_eq!(lib.check, format!("{}_check", lib.name));
         assert_eq!(lib.config, format!("{}_config", lib.name));
+        assert_eq!(lib.batch, format!("{}_batch", lib.name));
         // Other code, another name; the same code, the same name.
         let other = compose(RELEASE, "local function check() end");
         assert_ne!(other.name, lib.name);

@@ -7,7 +7,8 @@
 //!
 //! With `HAMMER_FOR_MS=n` each task keeps going for n ms instead of a count, and every
 //! decision is printed as `decision START_NS ALLOWED` (the wall-clock time the request was
-//! sent, in ns since the epoch, and 1 or 0) before the totals.
+//! sent, in ns since the epoch, and 1 or 0) before the totals. `HAMMER_COALESCE=1` (or `0`)
+//! turns the backend's coalescing on (off); without it, the backend's default.
 
 use std::time::Duration;
 
@@ -34,15 +35,16 @@ async fn main() {
                 std::process::exit(2)
             }
         };
-    let backend = RedisBackend::builder(url.as_str())
+    let mut builder = RedisBackend::builder(url.as_str())
         .prefix(prefix.as_str())
-        .timeout(Duration::from_millis(timeout_ms))
-        .build()
-        .map(DenyCache::new)
-        .unwrap_or_else(|e| {
-            eprintln!("hammer: {e}");
-            std::process::exit(2)
-        });
+        .timeout(Duration::from_millis(timeout_ms));
+    if let Ok(on) = std::env::var("HAMMER_COALESCE") {
+        builder = builder.coalesce(on == "1");
+    }
+    let backend = builder.build().map(DenyCache::new).unwrap_or_else(|e| {
+        eprintln!("hammer: {e}");
+        std::process::exit(2)
+    });
     let run_for = std::env::var("HAMMER_FOR_MS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())

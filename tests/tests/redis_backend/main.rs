@@ -16,6 +16,7 @@ use turnstile_core::{FailurePolicy, Quotas};
 use turnstile_redis::{redis, KeyEncoding, RedisBackend, ScriptMode};
 use turnstile_tests::redis_server::{command, command_calls, RedisCluster, RedisServer, TestRedis};
 
+mod coalesce;
 mod parity;
 mod processes;
 mod stored;
@@ -61,4 +62,25 @@ fn assert_invalid_state<T: std::fmt::Debug>(r: Result<T, BackendError>, what: &s
         Err(BackendError::InvalidState(_)) => {}
         other => panic!("{what}: want InvalidState, got {other:?}"),
     }
+}
+
+/// The totals of `hammer` processes (`admitted=A denied=D errors=E` each), once all exit.
+fn hammer_totals(procs: Vec<std::process::Child>) -> (u64, u64, u64) {
+    let (mut admitted, mut denied, mut errors) = (0, 0, 0);
+    for child in procs {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let line = String::from_utf8(out.stdout).unwrap();
+        for part in line.split_whitespace() {
+            let (k, v) = part.split_once('=').unwrap();
+            let v: u64 = v.parse().unwrap();
+            match k {
+                "admitted" => admitted += v,
+                "denied" => denied += v,
+                "errors" => errors += v,
+                _ => panic!("unexpected output {line}"),
+            }
+        }
+    }
+    (admitted, denied, errors)
 }

@@ -42,12 +42,7 @@ pub(crate) fn check_args(
         Op::Refund => "refund",
         Op::Reset => "reset",
     };
-    let unconfigured = match sets.unconfigured {
-        _ if sets.stored_only => "stored",
-        Unconfigured::Deny => "deny",
-        Unconfigured::Allow => "allow",
-        _ => "defaults",
-    };
+    let unconfigured = unconfigured_word(sets);
     let formatted;
     let head: &str = match (now_ms, op, unconfigured, min_ttl_ms, cost) {
         // The most common call, spelled out rather than formatted.
@@ -61,12 +56,60 @@ pub(crate) fn check_args(
             &formatted
         }
     };
-    inv.arg(head).arg(&*encoded_set("", sets.defaults, || {
+    inv.arg(head);
+    set_args(inv, sets);
+}
+
+/// The scripts' word for what happens to a key without configuration (`stored`: only the
+/// policies the key's stored configuration names apply).
+fn unconfigured_word(sets: Sets<'_>) -> &'static str {
+    match sets.unconfigured {
+        _ if sets.stored_only => "stored",
+        Unconfigured::Deny => "deny",
+        Unconfigured::Allow => "allow",
+        _ => "defaults",
+    }
+}
+
+/// Adds the policy sets' arguments to `inv`, the defaults first, then each tier (see
+/// `lua/check.lua`).
+fn set_args(inv: &mut Call, sets: Sets<'_>) {
+    inv.arg(&*encoded_set("", sets.defaults, || {
         policy_set("", sets.defaults)
     }));
     for (tier, policies) in sets.tiers {
         inv.arg(&*encoded_set(tier, policies, || policy_set(tier, policies)));
     }
+}
+
+/// Adds the arguments of a batch of checks to `inv` (see `lua/batch.lua` for the layout):
+/// the checks' costs in order, at most `budget` policy evaluations, at the server's time
+/// (`now_ms` `None`) or an explicit one.
+pub(crate) fn batch_args(
+    inv: &mut Call,
+    sets: Sets<'_>,
+    costs: &[u64],
+    budget: usize,
+    now_ms: Option<u64>,
+    min_ttl_ms: u64,
+) {
+    use std::fmt::Write as _;
+    let unconfigured = unconfigured_word(sets);
+    let mut head = String::with_capacity(32 + 2 * costs.len());
+    // (Writing to a String cannot fail.)
+    let _ = write!(head, "{budget} check {unconfigured} {min_ttl_ms} ");
+    for (i, cost) in costs.iter().enumerate() {
+        if i > 0 {
+            head.push(',');
+        }
+        // As for a lone check: any cost above 2^53 − 1 is above every capacity.
+        let _ = write!(head, "{}", (*cost).min(MAX_EXACT));
+    }
+    if let Some(t) = now_ms {
+        let _ = write!(head, " {t}");
+    }
+    inv.arg(head);
+    set_args(inv, sets);
 }
 
 /// A policy set as the check script takes it (one argument): the tier's name (empty for the

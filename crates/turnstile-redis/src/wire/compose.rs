@@ -54,6 +54,17 @@ macro_rules! check_definitions {
 /// definitions (see `check_definitions`), then `return check(KEYS, ARGV)`.
 pub const CHECK_SCRIPT: &str = concat!(check_definitions!(), "\nreturn check(KEYS, ARGV)\n");
 
+/// The Lua source of the batch script (several checks of one key in one call, see
+/// `lua/batch.lua`) run with `EVALSHA`: the check script's definitions (see
+/// `check_definitions`), `lua/batch.lua`, then `return batch(KEYS, ARGV)`. A script of its
+/// own, so that a lone check's `EVALSHA` runs none of `lua/batch.lua`'s definitions.
+pub const BATCH_SCRIPT: &str = concat!(
+    check_definitions!(),
+    "\n",
+    include_str!("../../lua/batch.lua"),
+    "\nreturn batch(KEYS, ARGV)\n"
+);
+
 /// The Lua source of the configuration script run with `EVALSHA`: `lua/prelude.lua` and
 /// `lua/config.lua`, concatenated in that order, then `return config(KEYS, ARGV)`.
 pub const CONFIG_SCRIPT: &str = concat!(
@@ -64,13 +75,15 @@ pub const CONFIG_SCRIPT: &str = concat!(
 );
 
 /// The body of the Redis Function library (see `library.rs`, which adds its `#!lua` line and
-/// registers `check` and `config`): the check script's definitions, the general path built
-/// at once (so that every definition runs once, at `FUNCTION LOAD`, and no call pays for
-/// it), then `lua/config.lua`.
+/// registers `check`, `batch` and `config`): the check script's definitions, the general path
+/// built at once (so that every definition runs once, at `FUNCTION LOAD`, and no call pays
+/// for it), then `lua/config.lua` and `lua/batch.lua`.
 pub(crate) const LIBRARY_BODY: &str = concat!(
     check_definitions!(),
     "\nGENERAL = general_path()\n",
-    include_str!("../../lua/config.lua")
+    include_str!("../../lua/config.lua"),
+    "\n",
+    include_str!("../../lua/batch.lua")
 );
 
 #[cfg(test)]

@@ -17,6 +17,11 @@
 //!   a result is [`Algorithm::wire_width`](turnstile_core::Algorithm::wire_width) integers:
 //!   retry, remaining, reset (numerators over L ms for buckets, whole ms for windows), the
 //!   leaky bucket's delay, the sliding window's retry as whole, numerator, denominator.
+//! - **Batches.** Several checks of one key in one call (`lua/batch.lua`): the check's
+//!   arguments with `"<budget> "` before the first and the checks' costs in order,
+//!   comma-separated, where a check has its one cost; the reply is one flat list, for each
+//!   check decided (the first ones, within the budget of policy evaluations) the count of
+//!   values of its reply, then the reply — or `-1` and the text of its error.
 //! - **Configuration.** An override is stored as lines `"alg L P B name"`; the
 //!   configuration script replies `{override, tier, version}`.
 //!
@@ -30,7 +35,7 @@ pub(crate) mod compose;
 pub(crate) mod encoded;
 pub(crate) mod reply;
 
-pub(crate) use args::{check_args, encode_override, Op, Sets};
+pub(crate) use args::{batch_args, check_args, encode_override, Op, Sets};
 pub(crate) use compose::LIBRARY_BODY;
-pub use compose::{CHECK_SCRIPT, CONFIG_SCRIPT};
-pub(crate) use reply::{array, parse_config, parse_reply};
+pub use compose::{BATCH_SCRIPT, CHECK_SCRIPT, CONFIG_SCRIPT};
+pub(crate) use reply::{array, parse_batch, parse_config, parse_reply};

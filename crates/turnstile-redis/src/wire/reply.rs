@@ -12,6 +12,7 @@ use turnstile_core::{
 };
 
 use super::args::Sets;
+use crate::fault::redis_error;
 
 /// Values per policy of an override in the check script's reply before its result: its
 /// parameters and name (the caller does not know them).
@@ -108,6 +109,56 @@ pub(crate) fn parse_reply(
         _ => return Err(bad("applied")),
     };
     Ok((now, decision))
+}
+
+/// One check's outcome in a batch's reply: the time the script used and the decision, or the
+/// check's own error.
+pub(crate) type Decided = Result<(u64, Decision), BackendError>;
+
+/// Parses the batch script's reply (see `lua/batch.lua`) to a call of `count` checks whose
+/// keys are on `node`: the outcomes of the checks it decided, in order — the first ones, at
+/// least one and at most `count`; the caller sends the others again. A check's reply of
+/// another shape is that check's [`BackendError::Script`]; a reply whose lengths do not add
+/// up is the call's.
+pub(crate) fn parse_batch(
+    reply: &[Value],
+    sets: Sets<'_>,
+    count: usize,
+    node: &str,
+) -> Result<Vec<Decided>, BackendError> {
+    let mut out = Vec::with_capacity(count);
+    let mut at = 0;
+    while at < reply.len() {
+        if out.len() == count {
+            return Err(bad("more checks decided than sent"));
+        }
+        let n = int(&reply[at])?;
+        at += 1;
+        if n == -1 {
+            let why = text(reply.get(at).ok_or_else(|| bad("length"))?)?;
+            at += 1;
+            out.push(Err(check_error(&why, node)));
+            continue;
+        }
+        let n = usize::try_from(n).map_err(|_| bad("a check's length"))?;
+        let one = reply.get(at..at + n).ok_or_else(|| bad("length"))?;
+        at += n;
+        out.push(parse_reply(one, sets));
+    }
+    if out.is_empty() {
+        return Err(bad("no check decided"));
+    }
+    Ok(out)
+}
+
+/// The error of a check in a batch whose error reply's text is `why`: what the same error
+/// reply gets when the check is sent alone (see `fault::redis_error`).
+fn check_error(why: &str, node: &str) -> BackendError {
+    let line = format!("-{}\r\n", why.replace(['\r', '\n'], " "));
+    match redis::parse_redis_value(line.as_bytes()).map(Value::extract_error) {
+        Ok(Err(e)) => redis_error(e, node),
+        _ => BackendError::Script(why.to_owned()),
+    }
 }
 
 /// The decision from the reply's results `rest` of `known`, the caller's own policies, in
@@ -375,6 +426,40 @@ mod tests {
         let err = parse_reply(&reply, sets).unwrap_err();
         assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
         assert!(err.to_string().contains("algorithm id 7"), "{err}");
+    }
+
+    #[test]
+    fn a_batch_reply_is_each_checks_reply_after_its_length_or_its_own_error() {
+        let a = Policy::fixed_window(3, Duration::from_secs(60))
+            .unwrap()
+            .with_name("a")
+            .unwrap();
+        let defaults = [a];
+        let sets = Sets {
+            defaults: &defaults,
+            tiers: &[],
+            unconfigured: Unconfigured::Defaults,
+            stored_only: false,
+        };
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let i = Value::Int;
+        // Two compact replies (-1 - now, then retry, remaining, reset), an error between.
+        let one = |left| [i(4), i(-8), i(0), i(left), i(60_000)];
+        let mut reply = one(2).to_vec();
+        reply.extend([i(-1), s("TURNSTILE_STATE bad state at k")]);
+        reply.extend(one(1));
+        let got = parse_batch(&reply, sets, 3, "n").unwrap();
+        assert_eq!(got.len(), 3);
+        let (now, d) = got[0].as_ref().unwrap();
+        assert_eq!((*now, d.remaining()), (7, 2));
+        assert!(got[1].is_err());
+        assert_eq!(got[2].as_ref().unwrap().1.remaining(), 1);
+        // Fewer decided than sent: the first ones; more, or lengths that do not add up, or
+        // none: the call's error.
+        assert_eq!(parse_batch(&reply, sets, 4, "n").unwrap().len(), 3);
+        assert!(parse_batch(&reply, sets, 2, "n").is_err());
+        assert!(parse_batch(&reply[..4], sets, 3, "n").is_err());
+        assert!(parse_batch(&[], sets, 3, "n").is_err());
     }
 
     #[test]

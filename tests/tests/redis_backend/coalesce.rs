@@ -1,0 +1,306 @@
+//! Coalescing (issue 27): concurrent checks of one key share one Redis call and get exactly
+//! the decisions they would have got one by one, in their order, at the call's time; a fleet
+//! of processes on one key admits exactly the limit; a batch that times out leaves nothing
+//! charged for the requests it failed.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use turnstile_core::CheckResult;
+
+use super::*;
+
+/// A backend at `url` that coalesces, with at most `evaluations` policy evaluations a call.
+fn coalescing(url: &str, test: &str, evaluations: usize, timeout: Duration) -> RedisBackend {
+    coalescing_with(url, test, evaluations, timeout, ScriptMode::Auto)
+}
+
+/// [`coalescing`] with the script mode `mode`.
+fn coalescing_with(
+    url: &str,
+    test: &str,
+    evaluations: usize,
+    timeout: Duration,
+    mode: ScriptMode,
+) -> RedisBackend {
+    RedisBackend::builder(url)
+        .prefix(prefix(test))
+        .timeout(timeout)
+        .script_mode(mode)
+        .coalesce(true)
+        .batch_evaluations(evaluations)
+        .build()
+        .unwrap()
+}
+
+/// Awaits `futures` together, polling them in their order every time (so the first leads and
+/// the others queue behind it in order), and returns their outputs in that order.
+async fn in_order<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futures.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match Pin::new(f).poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+/// The policy sets of the random traces: every algorithm alone, and sets of several (the
+/// batch's fast path takes sets without a sliding log; its general path the others).
+fn trace_sets() -> Vec<Vec<Policy>> {
+    vec![
+        vec![p("token-bucket:limit=3,period=1s,burst=5,name=a")],
+        vec![p("gcra:limit=7,period=3s,burst=2,name=a")],
+        vec![p("leaky-bucket:limit=3,period=1s,burst=4,name=a")],
+        vec![p("fixed-window:limit=4,period=700ms,name=a")],
+        vec![p("sliding-log:limit=5,period=1s,name=a")],
+        vec![p("sliding-window:limit=6,period=900ms,name=a")],
+        vec![
+            p("gcra:limit=5,period=1s,name=fast"),
+            p("fixed-window:limit=9,period=4s,name=slow"),
+        ],
+        vec![
+            p("token-bucket:limit=5,period=1s,name=fast"),
+            p("sliding-window:limit=12,period=10s,name=slow"),
+            p("sliding-log:limit=8,period=3s,name=log"),
+        ],
+    ]
+}
+
+/// One random case: the limits' set, the key's configuration, the calls' budget and rounds of
+/// concurrent checks (a gap in ms before the round, then the round's costs).
+#[derive(Clone, Debug)]
+struct Case {
+    set: usize,
+    /// 0: none; 1: the key's tier "pro"; 2 + i: an override of set i.
+    config: usize,
+    evaluations: usize,
+    /// `EVALSHA` (the batch script) rather than `FCALL` (the library's batch function).
+    eval: bool,
+    rounds: Vec<(u64, Vec<u64>)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let n = trace_sets().len();
+    let round = (
+        prop_oneof![Just(0u64), 0..1_500u64],
+        prop::collection::vec(prop_oneof![4 => 0..4u64, 1 => 0..16u64], 1..12),
+    );
+    (
+        0..n,
+        prop_oneof![2 => Just(0usize), 1 => Just(1usize), 2 => 2..2 + n],
+        prop::sample::select(vec![1usize, 2, 3, 5, 128]),
+        any::<bool>(),
+        prop::collection::vec(round, 1..6),
+    )
+        .prop_map(|(set, config, evaluations, eval, rounds)| Case {
+            set,
+            config,
+            evaluations,
+            eval,
+            rounds,
+        })
+}
+
+/// Sets `key`'s configuration of `case` on `backend`.
+async fn configure(backend: &RedisBackend, key: &str, case: &Case, sets: &[Vec<Policy>]) {
+    match case.config {
+        0 => {}
+        1 => drop(backend.set_tier(key, Some("pro")).await.unwrap()),
+        i => drop(backend.set_override(key, &sets[i - 2]).await.unwrap()),
+    }
+}
+
+#[test]
+fn a_coalesced_batch_decides_as_the_same_checks_one_by_one() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let one_by_one = backend(&url, "coalesce-reference");
+    let sets = trace_sets();
+    let case_no = AtomicU64::new(0);
+    let calls = AtomicU64::new(0);
+    let checks = AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&case(), |case| {
+            let n = case_no.fetch_add(1, Ordering::Relaxed);
+            let mode = if case.eval {
+                ScriptMode::Eval
+            } else {
+                ScriptMode::Auto
+            };
+            let batched = coalescing_with(
+                &url,
+                "coalesce-batched",
+                case.evaluations,
+                Duration::from_secs(5),
+                mode,
+            );
+            let limits = Limits::new(sets[case.set].clone())
+                .unwrap()
+                .with_tier("pro", sets[(case.set + 3) % sets.len()].clone())
+                .unwrap();
+            let key = format!("case-{n}");
+            rt.block_on(async {
+                configure(&batched, &key, &case, &sets).await;
+                configure(&one_by_one, &key, &case, &sets).await;
+                let mut t = 1_700_000_000_000u64;
+                for (r, (gap, costs)) in case.rounds.iter().enumerate() {
+                    t += gap;
+                    let futures = costs
+                        .iter()
+                        .map(|&c| batched.check_limits(&key, &limits, c, Some(t)))
+                        .collect();
+                    let got: Vec<CheckResult> = in_order(futures).await;
+                    for (i, (&c, got)) in costs.iter().zip(got).enumerate() {
+                        let want = one_by_one.check_limits(&key, &limits, c, Some(t)).await;
+                        let ctx = format!("round {r} check {i} cost {c} at {t}");
+                        let got = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                        let want = want.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                        prop_assert_eq!(got, want, "{}", ctx);
+                    }
+                }
+                let stats = batched.stats();
+                calls.fetch_add(stats.redis_calls, Ordering::Relaxed);
+                checks.fetch_add(stats.checks, Ordering::Relaxed);
+                Ok(())
+            })
+        })
+        .unwrap();
+    // The checks did share calls (each round's first alone, the others after it).
+    let (calls, checks) = (calls.into_inner(), checks.into_inner());
+    assert!(calls < checks, "{calls} calls for {checks} checks");
+}
+
+/// The `calls` of the check and batch functions on the server at `port`.
+fn script_calls(port: u16) -> u64 {
+    command_calls(port, "fcall") + command_calls(port, "evalsha")
+}
+
+#[test]
+fn four_coalescing_processes_on_one_key_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let spec = "fixed-window:limit=2000,period=1h,name=fleet";
+    let pre = prefix("coalesce-fleet");
+    let procs: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_hammer"))
+                .args([&redis.url(), &pre, "one-key", spec, "64", "10", "10000"])
+                .env("HAMMER_COALESCE", "1")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let (admitted, denied, errors) = hammer_totals(procs);
+    assert_eq!(errors, 0);
+    assert_eq!((admitted, denied), (2_000, 560));
+    // The processes shared calls: fewer script calls than the 2,560 decisions (those denied
+    // by the deny cache made none).
+    let calls = script_calls(redis.port());
+    assert!(calls < 2_000, "{calls} script calls for 2,000 admissions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_times_out_leaves_nothing_charged_for_the_checks_it_failed() {
+    let redis = RedisServer::start();
+    let timeout = Duration::from_millis(400);
+    let b = coalescing(&redis.url(), "coalesce-timeout", 128, timeout);
+    let limits = Limits::new(vec![p("fixed-window:limit=100,period=100d,name=t")]).unwrap();
+    // One admission before: the connection is up and the library loaded.
+    assert!(b
+        .check_limits("k", &limits, 1, None)
+        .await
+        .unwrap()
+        .allowed());
+    redis.freeze();
+    // The lead goes (and hangs); five checks arrive 150 ms later, wait behind it, and are sent
+    // together as it times out: that batch hangs too, and times out at their own deadlines.
+    let lead = tokio::spawn(b.check_limits("k", &limits, 1, None));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let queued: Vec<_> = (0..5)
+        .map(|_| b.check_limits("k", &limits, 2, None))
+        .collect();
+    let queued = in_order(queued).await;
+    let lead = lead.await.unwrap();
+    assert!(
+        matches!(lead, Err(BackendError::Timeout { .. })),
+        "{lead:?}"
+    );
+    for q in &queued {
+        assert!(matches!(q, Err(BackendError::Timeout { .. })), "{q:?}");
+    }
+    let stats = b.stats();
+    assert_eq!(stats.batches, 1, "{stats:?}");
+    // Two calls failed (the lead's and the batch's), not six checks: below the failure
+    // threshold of 3 rounds, the node does not count as down.
+    assert!(b.nodes_down().is_empty(), "{:?}", b.nodes_down());
+    // Redis runs both calls once it answers again; each check it admitted is refunded.
+    redis.thaw();
+    let started = Instant::now();
+    loop {
+        let q = b.check_limits("k", &limits, 0, None).await.unwrap();
+        if q.remaining() == 99 && b.stats().late_refunds == 6 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "remaining {} after {:?}",
+            q.remaining(),
+            b.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_checks_on_a_cluster_admit_exactly_the_limit_in_shared_calls() {
+    let cluster = RedisCluster::start(3);
+    let b = coalescing(
+        &cluster.urls(),
+        "coalesce-cluster",
+        128,
+        Duration::from_secs(5),
+    );
+    let limits = Limits::new(vec![p("gcra:limit=50,period=1h,name=c")]).unwrap();
+    // Keys on different masters; 80 concurrent checks of each.
+    for key in ["alpha", "beta", "gamma"] {
+        let checks = (0..80)
+            .map(|_| b.check_limits(key, &limits, 1, None))
+            .collect();
+        let admitted = in_order(checks)
+            .await
+            .into_iter()
+            .filter(|r| r.as_ref().unwrap().allowed())
+            .count();
+        assert_eq!(admitted, 50, "{key}");
+    }
+    let stats = b.stats();
+    assert!(stats.batches >= 3, "{stats:?}");
+    assert!(stats.redis_calls < stats.checks, "{stats:?}");
+}
