@@ -24,7 +24,8 @@
 --         only when the state string does not say there is none (a fresh key: one EXISTS),
 --         and a sliding log's list <prefix>:{<tag>}~log:f4:<policy name>.
 -- ARGV[1] "<op> <unconfigured> <least TTL> <cost>[ <time>]": op 'check', 'refund' or
---         'reset'; for a key without configuration 'defaults', 'deny' or 'allow'; the least
+--         'reset'; for a key without configuration 'defaults', 'deny' or 'allow' ('stored':
+--         only the policies the key's override or tier names apply, none without them); the least
 --         TTL in ms of a written key (0; 600000 with explicit simulation time); the cost
 --         (check, refund), 0 <= cost <= 2^53 - 1, 0 a query; and the time in ms since the
 --         epoch, absent to use the server's TIME (production). One argument: the common
@@ -57,6 +58,7 @@
 -- as_if_nothing_consumed, on both paths).
 --
 -- Errors (error replies change nothing): TURNSTILE_ARGS for malformed arguments;
+-- TURNSTILE_TOO_MANY_POLICIES for a set of more than MAX_POLICIES (prelude.lua) policies;
 -- TURNSTILE_INVALID_STATE when the configuration cannot be read (every operation: which
 -- policies apply is unknown; config.lua's 'clear' removes it) or, for check and refund, a
 -- policy's state (any line of the state string) cannot (see read_states and decode). reset
@@ -64,10 +66,13 @@
 -- all of it), so it repairs a key holding garbage.
 --
 -- Returns {now, version, applied (0 defaults, 1 override, 2 tier, 3 denied, 4 unlimited),
--- [the tier's name: only when applied is 2], then per policy: [alg, L, P, B, name: only for
--- an override, whose policies the caller does not know; the defaults' and a tier's are the
--- caller's own, in the order it sent them] its result, as many values as its algorithm
--- writes (a.width), every duration exact:
+-- then, when applied is 1 (some policy's parameters are the key's override's) or 2 (some
+-- are its stored tier's, none the override's): the stored tier's name ('' for none), and per
+-- default policy in order its mark (-1 it does not apply, 0 the default, 1 the override's
+-- policy of its name, 2 the tier's: general.lua's applying), [alg, L, P, B, name: only for
+-- mark 1, whose parameters the caller does not know], its result (none for -1); for
+-- applied 0, per default policy its result (the caller's own policies, in its order). A
+-- result is as many values as its algorithm writes (a.width), every duration exact:
 --   token bucket, GCRA:   retry, remaining, reset           durations: numerators over L ms
 --   leaky bucket:         retry, remaining, reset, delay    durations: numerators over L ms
 --   fixed window, log:    retry, remaining, reset           durations: whole ms

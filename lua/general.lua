@@ -18,7 +18,7 @@
 -- The policies of set, each given this call's fields: its key (its log's key only for a
 -- sliding log: logkey_of), and no carried-over mark; every other field a call uses (o, st,
 -- now, ok, ttl, and what decide leaves for admitted) is written by the call before it is
--- read. (Names are unique in a set, and one call uses one set.)
+-- read. (Names are unique in the list a call uses: one per default policy.)
 local function with_keys(set, base)
   for i = 1, #set do
     local p = set[i]
@@ -31,19 +31,37 @@ local function with_keys(set, base)
 end
 
 -- The set of tier in ARGV (tier nil: the defaults, ARGV[2]); false when no set has that
--- tier; nil and the argument's index for a malformed set.
+-- tier; nil and the argument's index for a malformed set (and true when it holds more than
+-- MAX_POLICIES policies).
 local function find_set(ARGV, tier)
   if not tier then
-    local set = ARGV[2] and set_of(ARGV[2])
-    if not set or set.tier ~= '' then return nil, 2 end
+    local set, many = nil, nil
+    if ARGV[2] then set, many = set_of(ARGV[2]) end
+    if not set or set.tier ~= '' then return nil, 2, many end
     return set
   end
   for i = 3, #ARGV do
-    local set = set_of(ARGV[i])
-    if not set or set.tier == '' then return nil, i end
+    local set, many = set_of(ARGV[i])
+    if not set or set.tier == '' then return nil, i, many end
     if set.tier == tier then return set end
   end
   return false
+end
+
+-- The error reply for the malformed set at argument i (many: it holds too many policies).
+local function set_error(i, many)
+  if many then
+    return redis.error_reply('TURNSTILE_TOO_MANY_POLICIES argument ' .. i
+      .. ' holds more than ' .. MAX_POLICIES .. ' policies')
+  end
+  return redis.error_reply('TURNSTILE_ARGS malformed set ' .. i)
+end
+
+-- The policies of a set (a list) by name.
+local function by_name(set)
+  local t = {}
+  for i = 1, #set do t[set[i].name] = set[i] end
+  return t
 end
 
 -- A refund or a reset bumps the key's version (out[2]), once every state it needs was read
@@ -135,43 +153,84 @@ local function configuration(op, key, cfgkey)
   return cfg, states, serr
 end
 
--- Which policies apply under cfg: the override, else the tier's set, else the unconfigured
--- behaviour (mode). Returns the policies (nil: none apply), applied (see check.lua's header)
--- and the tier's name; or false and the error reply.
+-- Which policies apply under cfg, per policy (turnstile-core's quota::resolve is its twin):
+-- for each default policy (ARGV[2]), the override's policy of its name, else the key's
+-- tier's (a set ARGV carries), else the default itself ('stored' mode: none). A key with
+-- neither an override nor a tier ARGV carries gets the unconfigured behaviour (mode).
+-- Returns the policies (nil: none apply), applied (see check.lua's header: 1 when some
+-- policy is the override's, else 2 when some is the tier's, else 0), and when applied is 1
+-- or 2 the tier's name ('' for none) and each default's mark (-1 none, 0 the default, 1 the
+-- override's, 2 the tier's); or false and the error reply. Linear in the policies.
 local function applying(ARGV, cfg, mode, base)
+  local defaults, bad_at, many = find_set(ARGV, nil)
+  if not defaults then return false, set_error(bad_at, many) end
+  local over, listed, tier = nil, nil, nil
   if cfg[1] then
     local policies = parse_override(cfg[1])
     for _, p in ipairs(policies) do keyed(base, p) end
-    return policies, 1, nil
+    over = by_name(policies)
   end
-  local set, bad_at, applied, tier = nil, nil, 0, nil
   if cfg[2] then
-    set, bad_at = find_set(ARGV, cfg[2])
-    if set == nil then
-      return false, redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at)
+    local set
+    set, bad_at, many = find_set(ARGV, cfg[2])
+    if set == nil then return false, set_error(bad_at, many) end
+    if set then listed, tier = by_name(set), cfg[2] end
+  end
+  if not over and not listed then
+    if mode == 'deny' then return nil, 3 end
+    if mode == 'allow' or mode == 'stored' then return nil, 4 end
+    return with_keys(defaults, base), 0
+  end
+  local policies, marks, applied = {}, {}, 0
+  for i = 1, #defaults do
+    local name, p, s = defaults[i].name, nil, -1
+    if over then p = over[name] end
+    if p then
+      s, applied = 1, 1
+    else
+      if listed then p = listed[name] end
+      if p then
+        s = 2
+        if applied == 0 then applied = 2 end
+      elseif mode ~= 'stored' then
+        p, s = defaults[i], 0
+      end
     end
-    if set then applied, tier = 2, cfg[2] end
+    marks[i] = s
+    if p then policies[#policies + 1] = p end
   end
-  if not set then
-    if mode == 'deny' then return nil, 3, nil end
-    if mode == 'allow' then return nil, 4, nil end
-    set, bad_at = find_set(ARGV, nil)
-    if not set then return false, redis.error_reply('TURNSTILE_ARGS malformed set ' .. bad_at) end
-  end
-  return with_keys(set, base), applied, tier
+  if #policies == 0 then return nil, 4 end
+  if applied == 0 then return with_keys(policies, base), 0 end
+  return with_keys(policies, base), applied, tier or '', marks
 end
 
--- Where each policy's values go in the reply out, from o on (p.o): an override's parameters
--- and name first (the caller does not know them), then its result.
-local function layout(out, o, policies, applied)
-  for i = 1, #policies do
-    local p = policies[i]
-    if applied == 1 then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
-      o = o + 5
+-- Where each policy's values go in the reply out, from o on (p.o). With marks (applied 1 or
+-- 2), per default policy its mark, then for the override's its parameters and name (the
+-- caller does not know them), then its result (none for mark -1); else each result.
+local function layout(out, o, policies, marks)
+  if not marks then
+    for i = 1, #policies do
+      local p = policies[i]
+      p.o = o
+      o = o + p.a.width
     end
-    p.o = o
-    o = o + p.a.width
+    return
+  end
+  local j = 1
+  for i = 1, #marks do
+    local s = marks[i]
+    o = o + 1
+    out[o] = s
+    if s >= 0 then
+      local p = policies[j]
+      j = j + 1
+      if s == 1 then
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = p.alg, p.L, p.P, p.B, p.name
+        o = o + 5
+      end
+      p.o = o
+      o = o + p.a.width
+    end
   end
 end
 
@@ -249,16 +308,16 @@ local function general(ARGV, key, flags, now)
   local version, head = 0, '0'
   if cfg[3] then version = cfg[3] + 0 end
   if cfg[1] or cfg[2] or cfg[3] then head = 'c' end
-  local policies, applied, tier = applying(ARGV, cfg, mode, base)
+  local policies, applied, tier, marks = applying(ARGV, cfg, mode, base)
   if policies == false then return applied end
 
   local out, o = {now, version, applied}, 3
-  if tier then out[4], o = tier, 4 end
+  if marks then out[4], o = tier, 4 end
   if not policies then
     if op ~= 'check' then bump(cfgkey, cfg, out, key) end
     return out
   end
-  layout(out, o, policies, applied)
+  layout(out, o, policies, marks)
   local kept, c = nil, cost
   if op == 'reset' then
     reset_all(cfgkey, cfg, out, key, base, policies, now, min_ttl)

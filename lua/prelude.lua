@@ -47,6 +47,9 @@ local function int(n) return format('%d', n) end
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1: times, costs, max(L, B) * P
 local MAX_LIMIT = 4294967295 -- 2^32 - 1: L and B
 local MAX_PERIOD = 31536000000 -- 365 days in ms
+-- The most policies one set may hold (turnstile_core::MAX_POLICIES): a set or an override
+-- with more is refused (TURNSTILE_TOO_MANY_POLICIES), so no call holds Redis for long.
+local MAX_POLICIES = 512
 
 -- The one parser of integers: a non-negative integer <= 2^53 - 1 written in decimal digits
 -- only (leading zeros allowed), else nil. Redis replies and arguments arrive as strings;
@@ -167,7 +170,9 @@ end
 -- or nil.
 local function parse_override(s)
   local out, seen = {}, {}
-  for _, line in ipairs(fields(s, '\n')) do
+  local lines = fields(s, '\n')
+  if #lines > MAX_POLICIES then return nil end
+  for _, line in ipairs(lines) do
     local f = fields(line, ' ')
     if #f < 5 then return nil end
     local p = policy_of(nat(f[1]), nat(f[2]), nat(f[3]), nat(f[4]))

@@ -50,13 +50,22 @@ local function spec_of(params, name)
 end
 
 -- A policy set's argument: {tier = its name ('' for the defaults), the policies in order},
--- or nil when it is malformed (a policy that is none, a name twice). The policies are the
--- calls' own tables: check gives each its keys for the call (see with_keys).
+-- or nil when it is malformed (a policy that is none, a name twice), and then true when it
+-- holds more than MAX_POLICIES policies. The policies are the calls' own tables: check gives
+-- each its keys for the call (see with_keys). Linear in the set's size.
 local function set_of(text)
   local set = SETS[text]
   if set then return set end
   local tier, from = match(text, '^([^\n]*)()')
   if tier ~= '' and not valid_tier(tier) then return nil end
+  -- More lines than MAX_POLICIES: refused before any is parsed (one plain find per line).
+  local at = from
+  for _ = 0, MAX_POLICIES do
+    at = find(text, '\n', at, true)
+    if not at then break end
+    at = at + 1
+  end
+  if at then return nil, true end
   -- log: its sliding logs' policies (false: none).
   set = {tier = tier, log = false}
   -- Each policy's place in fast_check's compact reply (fo) and captures (fk).
@@ -81,9 +90,14 @@ local function set_of(text)
   -- fast_check's pattern of the whole state string: the header '0', then each policy's
   -- line in order. fast: fast.lua's fast_check may decide the set (a Lua pattern holds at
   -- most 32 captures: k - 1).
-  local pat = '^0'
-  for i = 1, #set do pat = pat .. set[i].pat end
-  set.pat, set.fast = pat .. '$', k <= 33
+  -- (Made only for such a set: joined once, not grown a policy at a time.)
+  set.fast = k <= 33
+  if set.fast then
+    local pat = {'^0'}
+    for i = 1, #set do pat[i + 1] = set[i].pat end
+    pat[#set + 2] = '$'
+    set.pat = table.concat(pat)
+  end
   -- fast_check's compact reply (o values: the head, then each policy's), made once per set
   -- and filled by every call (fast_check writes every value before it returns it; Redis
   -- reads a reply when the call returns, before any other call runs: no table made per
@@ -115,7 +129,7 @@ end
 -- server's TIME), fast = a check under the defaults}, or nil when it is malformed. Texts
 -- with an explicit time (simulations: one per call) are not kept.
 local OPS = {check = true, refund = true, reset = true}
-local MODES = {defaults = true, deny = true, allow = true}
+local MODES = {defaults = true, deny = true, allow = true, stored = true}
 local function flags_of(text)
   local op, mode, ttl, cost, time = match(text, '^(%l+) (%l+) (%d+) (%d+)(.*)$')
   if not op or not OPS[op] or not MODES[mode] then return nil end

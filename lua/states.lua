@@ -192,13 +192,12 @@ end
 -- when one is not a state. NONE_KEPT (never written to) when there is none.
 local NONE_KEPT = {ttl = 0}
 local function others_of(key, base, states, policies, now, min_ttl)
-  local kept = NONE_KEPT
+  local kept, mine = NONE_KEPT, {}
+  -- The applying policies by name: one look-up per state (linear in the policies).
+  for j = 1, #policies do mine[policies[j].name] = true end
   for i = 1, #states do
-    local name, mine = states[i], false
-    for j = 1, #policies do
-      if policies[j].name == name then mine = true; break end
-    end
-    if not mine then
+    local name = states[i]
+    if not mine[name] then
       local state = states[name]
       if not valid_name(name) then return nil, bad(key, 'a policy name') end
       local ttl, err = kept_ttl(key, base, name, state, now, min_ttl)
@@ -222,15 +221,17 @@ end
 -- kept (others_of's answer), with the largest TTL of all. Deletes the key when no line is
 -- left. Every sliding log in it gets the string's TTL.
 local function write_states(key, head, policies, kept)
-  local value, most = head, kept.ttl
+  -- Joined once (table.concat): growing the string a line at a time copies it per policy.
+  local parts, most = {head}, kept.ttl
   for i = 1, #policies do
     local p = policies[i]
     if p.line then
-      value = value .. p.line
+      parts[#parts + 1] = p.line
       if p.ttl > most then most = p.ttl end
     end
   end
-  for i = 1, #kept do value = value .. kept[i] end
+  for i = 1, #kept do parts[#parts + 1] = kept[i] end
+  local value = table.concat(parts)
   if value == head then
     redis.call('DEL', key)
     return

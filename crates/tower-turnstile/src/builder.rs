@@ -7,8 +7,8 @@ use std::time::Duration;
 use http::Response;
 use turnstile_core::wrap::Share;
 use turnstile_core::{
-    Algorithm, Backend, FailurePolicy, Limits, MemoryBackend, Policy, Unconfigured,
-    DEFAULT_MAX_KEY_BYTES,
+    Algorithm, Backend, FailurePolicy, Limits, LimitsError, MemoryBackend, Policy, Unconfigured,
+    DEFAULT_MAX_KEY_BYTES, MAX_POLICIES,
 };
 
 use crate::action::{check_action, check_action_policies, max_leaky_delay, Action};
@@ -332,9 +332,13 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         self.denial_response(move |d| f(d).into_response())
     }
 
-    /// Defines the tier `name`: a key the backend maps to it (see the backends'
-    /// `set_tier`) is checked against these `policies` instead of the rule's. A key's own
-    /// override, stored in the backend, beats its tier.
+    /// Defines the tier `name`: for a key the backend maps to it (see the backends'
+    /// `set_tier`), or a request that chooses it ([`request_tier`](Self::request_tier)),
+    /// each policy of the matched rule whose name `policies` lists takes those parameters;
+    /// every other policy stays as the rule wrote it. A key's own override, stored in the
+    /// backend, beats its tier for the policies it names. Every name listed here must be a
+    /// policy name some rule (or the layer's defaults) uses, else `build` fails with
+    /// [`InvalidLayer::UnusedTierPolicy`]; at most [`MAX_POLICIES`] policies.
     pub fn tier(
         mut self,
         name: impl Into<String>,
@@ -352,10 +356,11 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
     /// with [`tier`](Self::tier), [`RequestTier::Unlimited`], or [`RequestTier::Defaults`]
     /// for the rule's policies.
     ///
-    /// A key's stored configuration still wins, atomically in the backend (Redis included):
-    /// **the key's stored override > the key's stored tier > the request's tier > the rule's
-    /// policies** (or [`when_unconfigured`](Self::when_unconfigured) when `f` chose
-    /// `Defaults`). So an operator's per-key decision (`turnstile quota set-override`)
+    /// Per policy, a key's stored configuration still wins, atomically in the backend (Redis
+    /// included): for each policy of the matched rule, **the key's stored override > the
+    /// key's stored tier > the request's tier > the rule's own** — the first that names the
+    /// policy supplies its parameters (or [`when_unconfigured`](Self::when_unconfigured)
+    /// applies to a key without configuration when `f` chose `Defaults`). So an operator's per-key decision (`turnstile quota set-override`)
     /// holds whatever the request claims. `f` runs once per checked request (not for exempt
     /// rules or exempt keys) and must be cheap; it must not panic.
     ///
@@ -449,6 +454,7 @@ impl<B, K> RateLimitLayerBuilder<B, K> {
         let mut rules = compile_rules(p.rules, p.policies)?;
         check_action(&rules, p.action)?;
         check_tiers(&p.tiers, p.action)?;
+        check_tier_names(&rules, &p.tiers)?;
         for rule in &mut rules {
             attach_limits(rule, &p.tiers, p.unconfigured, p.request_tier.is_some())?;
         }
@@ -525,6 +531,27 @@ fn check_tiers(tiers: &[(String, Vec<Policy>)], action: Action) -> Result<(), In
     Ok(())
 }
 
+/// Each policy a tier lists is named by some rule's (or default) policy: a tier changes the
+/// parameters of the policies it names, and a name no rule uses changes nothing.
+fn check_tier_names(
+    rules: &[CompiledRule],
+    tiers: &[(String, Vec<Policy>)],
+) -> Result<(), InvalidLayer> {
+    let used: std::collections::HashSet<&str> = rules
+        .iter()
+        .flat_map(|r| r.policies.iter().map(Policy::name))
+        .collect();
+    for (tier, policies) in tiers {
+        if let Some(p) = policies.iter().find(|p| !used.contains(p.name())) {
+            return Err(InvalidLayer::UnusedTierPolicy {
+                tier: tier.clone(),
+                policy: p.name().to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Gives a rule with policies the [`Limits`] its requests are checked against (its policies,
 /// the layer's `tiers`, and what keys without configuration get), and, when a request-tier
 /// function chooses tiers per request (`per_request`), the tier sets it selects.
@@ -538,7 +565,13 @@ fn attach_limits(
         return Ok(());
     }
     let mut limits = Limits::new(rule.policies.iter().cloned())
-        .map_err(|_| InvalidLayer::DuplicatePolicyName(rule.rule.label()))?
+        .map_err(|e| match e {
+            LimitsError::TooManyPolicies { count, .. } => InvalidLayer::TooManyPolicies {
+                rule: rule.rule.label(),
+                count,
+            },
+            _ => InvalidLayer::DuplicatePolicyName(rule.rule.label()),
+        })?
         .when_unconfigured(unconfigured);
     for (name, policies) in tiers {
         limits = limits
@@ -564,6 +597,12 @@ fn compile(rule: Rule, derive_names: bool) -> Result<CompiledRule, InvalidLayer>
     }
     if !rule.exempt && rule.policies.is_empty() {
         return Err(InvalidLayer::RuleWithoutPolicies(label));
+    }
+    if rule.policies.len() > MAX_POLICIES {
+        return Err(InvalidLayer::TooManyPolicies {
+            rule: label,
+            count: rule.policies.len(),
+        });
     }
     if let Some(reason) = rule.matches_nothing() {
         return Err(InvalidLayer::RuleMatchesNothing {

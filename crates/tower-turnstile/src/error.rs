@@ -36,6 +36,23 @@ pub enum InvalidLayer {
     /// A tier was invalid: a bad or repeated tier name, no policies, or two of its policies
     /// share a name.
     Tier(LimitsError),
+    /// A rule (or the layer's defaults) has more than
+    /// [`MAX_POLICIES`](turnstile_core::MAX_POLICIES) policies, the most one check may carry.
+    TooManyPolicies {
+        /// The rule's label.
+        rule: String,
+        /// How many policies it has.
+        count: usize,
+    },
+    /// A tier lists a policy name that no rule and no default policy of the layer uses: a
+    /// tier changes the parameters of the policies it names, so this entry would change
+    /// nothing (a typo, or a policy left unnamed).
+    UnusedTierPolicy {
+        /// The tier's name.
+        tier: String,
+        /// The policy name no rule uses.
+        policy: String,
+    },
     /// With [`Action::Delay`](crate::Action::Delay), a leaky-bucket policy could ask a request to wait longer than
     /// `max_wait`: (B − 1)·T exceeds it.
     DelayExceedsMaxWait {
@@ -84,6 +101,15 @@ impl fmt::Display for InvalidLayer {
             InvalidLayer::InvalidPolicyName(n) => write!(
                 f,
                 "the derived policy name {n:?} is not a valid policy name; give the rule a shorter name with Rule::name or the policy an explicit one"
+            ),
+            InvalidLayer::TooManyPolicies { rule, count } => write!(
+                f,
+                "rule {rule:?} has {count} policies, more than the {} one check may carry",
+                turnstile_core::MAX_POLICIES
+            ),
+            InvalidLayer::UnusedTierPolicy { tier, policy } => write!(
+                f,
+                "tier {tier:?} lists policy {policy:?}, which no rule or default policy of the layer uses (a tier changes the parameters of the policies it names; give the rule's policy that name)"
             ),
             InvalidLayer::DelayExceedsMaxWait {
                 policy,

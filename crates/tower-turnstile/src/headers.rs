@@ -21,7 +21,7 @@
 
 use http::HeaderValue;
 use turnstile_core::round::ceil_secs;
-use turnstile_core::{Applied, Decision, Policy};
+use turnstile_core::{Applied, Decision, Policy, Source};
 
 /// The `RateLimit-Policy` header field name (lower case, as HTTP/2 requires).
 pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
@@ -107,8 +107,22 @@ impl Out for ValueBuf {
 
 /// The `RateLimit-Policy` value for `policies`, in order.
 pub(crate) fn policy_value<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> HeaderValue {
+    write_policies(policies.into_iter().map(|p| (p, None)))
+}
+
+/// The `RateLimit-Policy` value for the policies of `decision`, whose parameters did not
+/// all come from the rule: each item says where its parameters came from when not from
+/// the rule (`turnstile-override`, or `turnstile-tier="<name>"`).
+fn sourced_policy_value(decision: &Decision) -> HeaderValue {
+    let policies = decision.policies().iter().map(|p| p.policy());
+    write_policies(policies.zip(decision.sources().map(Some)))
+}
+
+/// The `RateLimit-Policy` value of `items`: each a policy and, when known, where its
+/// parameters came from.
+fn write_policies<'a>(items: impl Iterator<Item = (&'a Policy, Option<Source>)>) -> HeaderValue {
     let mut out = ValueBuf::new();
-    for (i, p) in policies.into_iter().enumerate() {
+    for (i, (p, source)) in items.enumerate() {
         if i > 0 {
             out.put(b", ");
         }
@@ -126,6 +140,16 @@ pub(crate) fn policy_value<'a>(policies: impl IntoIterator<Item = &'a Policy>) -
         if let Some(b) = p.burst().filter(|b| *b != p.limit()) {
             out.put(b";turnstile-burst=");
             out.put_u64(b);
+        }
+        match source {
+            Some(Source::Override) => out.put(b";turnstile-override"),
+            Some(Source::Tier(t)) => {
+                // Tier names are ASCII letters, digits, '-', '_' and '.': a valid string.
+                out.put(b";turnstile-tier=\"");
+                out.put(t.as_bytes());
+                out.put(b"\"");
+            }
+            _ => {}
         }
     }
     out.to_value()
@@ -245,7 +269,7 @@ impl Prepared {
     ) -> Self {
         let policy = match decision.applied() {
             Applied::Defaults => policy_header.clone(),
-            _ => policy_value(decision.policies().iter().map(|p| p.policy())),
+            _ => sourced_policy_value(decision),
         };
         let legacy = if legacy {
             decision.binding().map(|b| {

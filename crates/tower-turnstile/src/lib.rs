@@ -176,6 +176,6 @@ pub use tier::RequestTier;
 pub use turnstile_core::wrap;
 pub use turnstile_core::{
     Algorithm, Applied, Backend, BackendError, Clock, Decision, FailurePolicy, InvalidPolicy,
-    KeyConfig, Limits, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas,
-    SpawnSweeperError, SystemClock, Unconfigured,
+    KeyConfig, Limits, LimitsError, ManualClock, MemoryBackend, Policy, PolicyDecision, Quotas,
+    Source, SpawnSweeperError, SystemClock, Unconfigured, MAX_POLICIES,
 };

@@ -1,19 +1,19 @@
 //! Tiers chosen per request: [`RequestTier`], and the policy sets a rule checks for each
 //! choice.
 //!
-//! A key's stored configuration still decides first, in the backend and atomically with the
-//! check: a request's tier becomes the *defaults* of the [`Limits`] passed to the check,
-//! with every tier of the layer kept, so the backend's own order — override, else stored
-//! tier, else defaults — gives: **the key's stored override > the key's stored tier > the
-//! request's tier > the rule's policies** (or the layer's
-//! [`Unconfigured`] behaviour when the request chose none).
-//! The Redis script resolves the same way, since it is the same `Limits`.
+//! A tier changes the parameters of the policies it names, and nothing else. For each policy
+//! of the matched rule, the first of **the key's stored override > the key's stored tier >
+//! the request's tier** that lists its name supplies its parameters; otherwise the rule's
+//! own apply. A request's tier is merged into the rule's policies here, once, at build (the
+//! *defaults* of the [`Limits`] passed to the check, with every tier of the layer kept); the
+//! key's stored configuration is applied per policy in the backend, atomically with the
+//! check (the Redis script resolves the same way: it is the same `Limits`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use turnstile_core::{Applied, CheckResult, Limits, LimitsError, Policy, Unconfigured};
+use turnstile_core::{CheckResult, Limits, LimitsError, Policy, Source, Unconfigured};
 
 use crate::headers::policy_value;
 use crate::key::RequestRef;
@@ -22,9 +22,11 @@ use crate::key::RequestRef;
 /// chooses it from the request — a claim an authentication layer put in the extensions, a
 /// header the gateway sets.
 ///
-/// Whatever it chooses, a key's own stored configuration wins: its override, then its
-/// stored tier (see the backends' `set_override` and `set_tier`). The full order is the
-/// key's stored override > the key's stored tier > the request's tier > the rule's policies.
+/// A tier changes the policies it names. Whatever the request chooses, a key's own stored
+/// configuration wins for the policies it names: its override, then its stored tier (see
+/// the backends' `set_override` and `set_tier`). The full order, per policy of the matched
+/// rule: the key's stored override > the key's stored tier > the request's tier > the
+/// rule's own.
 ///
 /// [`RateLimitLayerBuilder::request_tier`]: crate::RateLimitLayerBuilder::request_tier
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -34,14 +36,14 @@ pub enum RequestTier {
     /// [`when_unconfigured`](crate::RateLimitLayerBuilder::when_unconfigured) behaviour).
     #[default]
     Defaults,
-    /// The policies of the tier of this name (defined with
+    /// The tier of this name (defined with
     /// [`RateLimitLayerBuilder::tier`](crate::RateLimitLayerBuilder::tier)). A name the layer
     /// does not define counts as [`RequestTier::Defaults`], and the first such request logs
     /// an error naming it.
     Named(Cow<'static, str>),
-    /// No limit, unless the key has a stored override or tier: the backend is still asked
-    /// (so an override set on the key applies), and a key without one is admitted without
-    /// limit and without rate-limit headers.
+    /// No limit: an exemption from every policy, except those the key's stored override or
+    /// tier names (the backend is still asked, so an operator's decision holds for those);
+    /// a key without one is admitted without limit and without rate-limit headers.
     Unlimited,
 }
 
@@ -63,13 +65,16 @@ pub(crate) type Chosen = Option<usize>;
 /// One rule's policy sets for each request tier.
 #[derive(Clone, Debug)]
 pub(crate) struct RuleTiers {
-    /// One [`Limits`] per tier of the layer, in order (defaults: that tier's policies), then
-    /// one for [`RequestTier::Unlimited`].
+    /// One [`Limits`] per tier of the layer, in order (defaults: the rule's policies, those
+    /// the tier names taking its parameters), then one for [`RequestTier::Unlimited`] (the
+    /// rule's policies, checked only where the key's stored configuration names them).
     limits: Box<[Limits]>,
-    /// The `RateLimit-Policy` value of each tier's policies, in the same order (the last is
+    /// The `RateLimit-Policy` value of each tier's defaults, in the same order (the last is
     /// the rule's, never used: an unlimited check that reports policies has an override or
     /// a stored tier, which get their own).
     headers: Box<[HeaderValue]>,
+    /// Per tier, in the same order: which of its defaults took the tier's parameters.
+    merged: Box<[Box<[bool]>]>,
     /// The tier names, in the same order.
     names: Box<[Arc<str>]>,
 }
@@ -81,23 +86,27 @@ impl RuleTiers {
         rule_header: &HeaderValue,
         tiers: &[(String, Vec<Policy>)],
     ) -> Result<Self, LimitsError> {
-        let with_tiers = |defaults: &[Policy], unconfigured| {
+        let with_tiers = |defaults: &[Policy]| {
             tiers.iter().try_fold(
-                Limits::new(defaults.iter().cloned())?.when_unconfigured(unconfigured),
+                Limits::new(defaults.iter().cloned())?,
                 |l, (name, policies)| l.with_tier(name, policies.iter().cloned()),
             )
         };
         let mut limits = Vec::with_capacity(tiers.len() + 1);
         let mut headers = Vec::with_capacity(tiers.len() + 1);
+        let mut merged = Vec::with_capacity(tiers.len());
         for (_, policies) in tiers {
-            limits.push(with_tiers(policies, Unconfigured::Defaults)?);
-            headers.push(policy_value(policies.iter()));
+            let (set, from_tier) = merge(rule, policies);
+            limits.push(with_tiers(&set)?.when_unconfigured(Unconfigured::Defaults));
+            headers.push(policy_value(set.iter()));
+            merged.push(from_tier.into_boxed_slice());
         }
-        limits.push(with_tiers(rule, Unconfigured::Allow)?);
+        limits.push(with_tiers(rule)?.stored_only());
         headers.push(rule_header.clone());
         Ok(RuleTiers {
             limits: limits.into(),
             headers: headers.into(),
+            merged: merged.into(),
             names: tiers.iter().map(|(n, _)| Arc::from(n.as_str())).collect(),
         })
     }
@@ -125,16 +134,40 @@ impl RuleTiers {
         self.headers.get(chosen)
     }
 
-    /// `result` as the layer reports it: a decision the request's tier made (the backend
-    /// says "defaults", since the tier was passed as the defaults) is labelled with the
-    /// tier, so spans, metrics and custom denials see [`Applied::Tier`].
+    /// `result` as the layer reports it: each policy whose parameters the request's tier
+    /// supplied (the backend says "defaults": the tier was merged into them) is labelled
+    /// with the tier, so spans, metrics, headers and custom denials see [`Source::Tier`]
+    /// (and the decision's `applied`, when no stored configuration supplied any).
     pub(crate) fn relabel(&self, chosen: Chosen, result: CheckResult) -> CheckResult {
-        match (chosen.and_then(|i| self.names.get(i)), result) {
-            (Some(name), Ok(d)) if *d.applied() == Applied::Defaults => {
-                let version = d.version();
-                Ok(d.with_applied(Applied::Tier(Arc::clone(name)), version))
+        let Some((name, merged)) =
+            chosen.and_then(|i| Some((self.names.get(i)?, self.merged.get(i)?)))
+        else {
+            return result;
+        };
+        match result {
+            Ok(d) if merged.iter().any(|&m| m) && d.sources().next().is_some() => {
+                let sources: Vec<Source> = d
+                    .sources()
+                    .zip(merged.iter())
+                    .map(|(s, &m)| match s {
+                        Source::Defaults if m => Source::Tier(Arc::clone(name)),
+                        s => s,
+                    })
+                    .collect();
+                Ok(d.with_sources(sources))
             }
-            (_, r) => r,
+            r => r,
         }
     }
+}
+
+/// The rule's policies `rule`, each of a name `tier` lists taking the tier's parameters,
+/// and which did.
+fn merge(rule: &[Policy], tier: &[Policy]) -> (Vec<Policy>, Vec<bool>) {
+    rule.iter()
+        .map(|p| match tier.iter().find(|q| q.name() == p.name()) {
+            Some(q) => (q.clone(), true),
+            None => (p.clone(), false),
+        })
+        .unzip()
 }

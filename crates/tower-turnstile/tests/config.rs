@@ -54,7 +54,7 @@ fn the_example_file_parses_and_builds() {
     let text = config.to_string();
     assert!(text.contains("  3. /api/*, cost 2:\n"), "{text}");
     assert!(
-        text.contains("\"/api/* token-bucket:limit=100,period=1m,burst=20\" token-bucket:limit=100,period=1m,burst=20"),
+        text.contains("\"api-per-ip\" token-bucket:limit=100,period=1m,burst=20"),
         "{text}"
     );
 }
@@ -105,6 +105,50 @@ async fn the_example_file_limits_as_it_says() {
         );
     }
     assert_eq!(api.iter().filter(|&&s| s == 200).count(), 10);
+}
+
+/// Issue 24, trap 1: with the shipped file, `turnstile quota set 127.0.0.1 --tier pro` lifts
+/// that client's general and /api limits, never its POST /login guard.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tier_set_for_a_client_keeps_its_login_guard() {
+    let backend = tower_turnstile::MemoryBackend::new();
+    tower_turnstile::Quotas::set_tier(&backend, "127.0.0.1", Some("pro"))
+        .await
+        .unwrap();
+    let layer = LayerConfig::from_file(EXAMPLE)
+        .unwrap()
+        .builder()
+        .backend(backend)
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(inner());
+    let mut login = Vec::new();
+    for _ in 0..6 {
+        login.push(
+            status(&mut svc, request("POST", "/login", "127.0.0.1:1"))
+                .await
+                .as_u16(),
+        );
+    }
+    assert_eq!(
+        login,
+        [200, 200, 200, 200, 200, 429],
+        "the login guard holds"
+    );
+    // The tier names per-ip: 1000 per minute instead of 10.
+    for _ in 0..30 {
+        assert_eq!(
+            status(&mut svc, request("GET", "/", "127.0.0.1:1")).await,
+            StatusCode::OK
+        );
+    }
+    // ... and api-per-ip (a burst of 100 instead of 20), at cost 2.
+    for _ in 0..30 {
+        assert_eq!(
+            status(&mut svc, request("GET", "/api/users", "127.0.0.1:1")).await,
+            StatusCode::OK
+        );
+    }
 }
 
 #[test]

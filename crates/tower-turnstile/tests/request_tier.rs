@@ -118,12 +118,15 @@ async fn each_request_gets_the_limit_of_its_plan() {
 
     let (s, policy, body) = send(&mut svc, "sam", Some(Plan::SignedIn), 3).await;
     assert_eq!(s, [200, 200, 429]);
-    assert_eq!(policy, "\"per-user\";q=2;w=3600");
+    assert_eq!(
+        policy,
+        "\"per-user\";q=2;w=3600;turnstile-tier=\"signed-in\""
+    );
     assert_eq!(body, "tier signed-in");
 
     let (s, policy, body) = send(&mut svc, "pat", Some(Plan::Premium), 4).await;
     assert_eq!(s, [200, 200, 200, 429]);
-    assert_eq!(policy, "\"per-user\";q=3;w=3600");
+    assert_eq!(policy, "\"per-user\";q=3;w=3600;turnstile-tier=\"premium\"");
     assert_eq!(body, "tier premium");
 
     // Admins: no limit, no rate-limit headers.
@@ -155,7 +158,11 @@ async fn a_keys_stored_override_or_tier_wins_over_the_requests_tier() {
     let (s, policy, body) = send(&mut svc, "pat", Some(Plan::Premium), 2).await;
     assert_eq!(
         (s, policy.as_str(), body.as_str()),
-        (vec![200, 429], "\"per-user\";q=1;w=3600", "override")
+        (
+            vec![200, 429],
+            "\"per-user\";q=1;w=3600;turnstile-override",
+            "override"
+        )
     );
     let (s, _, body) = send(&mut svc, "root", Some(Plan::Admin), 2).await;
     assert_eq!((s, body.as_str()), (vec![200, 429], "override"));
@@ -201,4 +208,55 @@ async fn without_a_request_tier_function_the_layer_is_unchanged() {
         statuses.push(res.status().as_u16());
     }
     assert_eq!(statuses, [200, 429]);
+}
+
+/// Issue 24, trap 1: the request's tier, the key's stored tier and its override each change
+/// only the policies they name; the first that names a policy supplies its parameters.
+#[tokio::test]
+async fn each_source_changes_only_the_policies_it_names() {
+    let backend = MemoryBackend::builder().clock(hour_start()).build();
+    let mut svc = RateLimitLayer::builder()
+        .backend(backend.clone())
+        .key(HeaderKey::named("x-api-key").unwrap())
+        .policy(p("fixed-window:limit=1,period=1h,name=per-user"))
+        .policy(p("fixed-window:limit=3,period=1h,name=guard"))
+        .tier(
+            "premium",
+            [p("fixed-window:limit=10,period=1h,name=per-user")],
+        )
+        .request_tier(|req| match req.extensions().get::<Plan>() {
+            Some(Plan::Premium) => RequestTier::named("premium"),
+            Some(Plan::Admin) => RequestTier::Unlimited,
+            _ => RequestTier::Defaults,
+        })
+        .build()
+        .unwrap()
+        .layer(tower::service_fn(hello));
+
+    // A premium claim lifts per-user; the guard stays.
+    let (s, policy, _) = send(&mut svc, "pat", Some(Plan::Premium), 4).await;
+    assert_eq!(s, [200, 200, 200, 429]);
+    assert_eq!(
+        policy,
+        "\"per-user\";q=10;w=3600;turnstile-tier=\"premium\", \"guard\";q=3;w=3600"
+    );
+
+    // An override of the guard alone: per-user still from the request's tier.
+    let guard = [p("fixed-window:limit=5,period=1h,name=guard")];
+    backend.set_override("kim", &guard).await.unwrap();
+    let (s, policy, _) = send(&mut svc, "kim", Some(Plan::Premium), 6).await;
+    assert_eq!(s, [200, 200, 200, 200, 200, 429]);
+    assert_eq!(
+        policy,
+        "\"per-user\";q=10;w=3600;turnstile-tier=\"premium\", \"guard\";q=5;w=3600;turnstile-override"
+    );
+
+    // Unlimited exempts from every policy, but an operator's override still holds for the
+    // policies it names.
+    let (s, policy, _) = send(&mut svc, "root", Some(Plan::Admin), 20).await;
+    assert_eq!((s, policy.as_str()), (vec![200; 20], "-"));
+    backend.set_override("root", &guard).await.unwrap();
+    let (s, policy, _) = send(&mut svc, "root", Some(Plan::Admin), 6).await;
+    assert_eq!(s, [200, 200, 200, 200, 200, 429]);
+    assert_eq!(policy, "\"guard\";q=5;w=3600;turnstile-override");
 }

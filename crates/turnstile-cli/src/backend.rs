@@ -27,6 +27,11 @@ pub(crate) struct TlsArgs {
 }
 
 impl TlsArgs {
+    /// Whether no TLS file was given.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tls_ca.is_none() && self.tls_cert.is_none() && self.tls_key.is_none()
+    }
+
     /// `builder` with these files (read when it is built).
     pub(crate) fn apply(&self, mut builder: RedisBackendBuilder) -> RedisBackendBuilder {
         if let Some(ca) = &self.tls_ca {

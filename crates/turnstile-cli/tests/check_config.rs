@@ -38,15 +38,16 @@ rules (the first that matches applies):
   2. POST /login (rule "login"), cost 1:
        "login-per-ip" sliding-log:limit=5,period=1m
   3. /api/*, cost 2:
-       "/api/* token-bucket:limit=100,period=1m,burst=20" token-bucket:limit=100,period=1m,burst=20
-       "/api/* sliding-window:limit=2000,period=1h" sliding-window:limit=2000,period=1h
+       "api-per-ip" token-bucket:limit=100,period=1m,burst=20
+       "api-hourly" sliding-window:limit=2000,period=1h
   4. grpc helloworld.Greeter/SayHello, cost 1:
        "greeter-per-ip" token-bucket:limit=5,period=1m
   otherwise, cost 1:
        "per-ip" token-bucket:limit=10,period=1m
-tiers (instead of a rule's policies for keys set to the tier):
+tiers (for keys set to the tier, each policy a tier names takes its parameters; every other stays in force):
   pro:
        "per-ip" token-bucket:limit=1000,period=1m
+       "api-per-ip" token-bucket:limit=1000,period=1m,burst=100
 "#
     );
     assert!(out.stderr.is_empty());
@@ -128,4 +129,39 @@ fn a_route_key_is_valid_though_the_cli_is_built_without_axum() {
         text(&out.stdout)
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 24, trap 1: a tier naming a policy no rule uses changes nothing: refused, at its line.
+/// Issue 25, fault 4: a rule of more than `MAX_POLICIES` policies is refused.
+#[test]
+fn a_tier_naming_no_rules_policy_and_a_huge_rule_are_refused() {
+    let dir = std::env::temp_dir().join(format!(
+        "turnstile-check-config-tiers-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tiers.toml");
+    std::fs::write(
+        &file,
+        "policies = [\"token-bucket:limit=10,period=1m,name=per-ip\"]\n[tiers]\npro = [\"token-bucket:limit=100,period=1m,name=per_ip\"]\n",
+    )
+    .unwrap();
+    let out = run(&["check-config", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("tier \"pro\" lists policy \"per_ip\""),
+        "{err}"
+    );
+    assert!(err.contains(":3:"), "{err}");
+
+    let many: Vec<String> = (0..1000)
+        .map(|i| format!("\"fixed-window:limit=5,period=1m,name=p{i}\""))
+        .collect();
+    std::fs::write(&file, format!("policies = [{}]\n", many.join(", "))).unwrap();
+    let out = run(&["check-config", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("1000 policies, more than the 512"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

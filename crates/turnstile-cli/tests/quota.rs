@@ -346,3 +346,100 @@ fn quota_over_tls_with_a_ca_and_a_client_certificate() {
     );
     assert!(!stderr(&o).contains("panicked"));
 }
+
+/// Issue 24, trap 2: `--config` takes the services' `[backend]` URL and prefix (and their
+/// rules and tiers); a write under a prefix where no other client's key exists is warned
+/// about. Trap 1: a tier reaches the rules whose policies it names, and `peek` answers per
+/// rule (the login guard keeps its own parameters).
+#[test]
+fn a_configuration_file_gives_the_services_redis_prefix_rules_and_tiers() {
+    let redis = TestRedis::get();
+    let prefix = format!("turnstile:cli-config:{}", std::process::id());
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/turnstile.toml");
+    let text = std::fs::read_to_string(example)
+        .unwrap()
+        .replace(
+            "url = \"redis://127.0.0.1:6379\"",
+            &format!("url = \"{}\"", redis.url()),
+        )
+        .replace(
+            "prefix = \"turnstile:v1\"",
+            &format!("prefix = \"{prefix}\""),
+        );
+    let dir = std::env::temp_dir().join(format!("turnstile-quota-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("turnstile.toml");
+    std::fs::write(&file, text).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args(["quota", "--config", file.to_str().unwrap()])
+            .args(args)
+            .output()
+            .expect("the turnstile binary runs")
+    };
+
+    // The first write under the file's prefix, where no service has written yet: warned.
+    let o = run(&["set", "127.0.0.1", "--tier", "pro"]);
+    let v = json(&o);
+    assert!(
+        stderr(&o).contains("no key of any other client exists under prefix"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(v["reaches"]["per-ip"], serde_json::json!(["otherwise"]));
+    assert_eq!(v["reaches"]["api-per-ip"].as_array().map(Vec::len), Some(1));
+    // It landed under the file's prefix.
+    let v = json(&quota(&redis, &prefix, &["get", "127.0.0.1"]));
+    assert_eq!(v["tier"], "pro");
+
+    // Per rule: the tier lifts per-ip, and the login guard keeps its own parameters.
+    let v = json(&run(&["peek", "127.0.0.1"]));
+    let rules = v["rules"].as_array().unwrap();
+    let rule = |label: &str| rules.iter().find(|r| r["rule"] == label).unwrap();
+    let login = &rule("login")["policies"][0];
+    assert_eq!(
+        (login["name"].as_str(), login["from"].as_str()),
+        (Some("login-per-ip"), Some("defaults"))
+    );
+    assert_eq!(rule("login")["remaining"], 5);
+    let general = &rule("otherwise")["policies"][0];
+    assert_eq!(general["from"], "tier pro");
+    assert_eq!(
+        general["policy"],
+        "token-bucket:limit=1000,period=1m,name=per-ip"
+    );
+
+    // An override naming a policy no rule has: warned; other clients' keys exist now.
+    let o = run(&[
+        "set",
+        "10.1.1.1",
+        "--policy",
+        "gcra:limit=1,period=1s,name=nope",
+    ]);
+    let v = json(&o);
+    assert!(
+        stderr(&o).contains("no rule of the configuration has a policy named \"nope\""),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("no key of any other client"));
+    assert_eq!(v["reaches"]["nope"], serde_json::json!([]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 25, fault 4: an override over the cap is refused by `quota set`.
+#[test]
+fn an_override_over_the_policy_cap_is_refused() {
+    let redis = TestRedis::get();
+    let prefix = format!("turnstile:cli-cap:{}", std::process::id());
+    let specs: Vec<String> = (0..1000)
+        .map(|i| format!("fixed-window:limit=5,period=1m,name=p{i}"))
+        .collect();
+    let mut args = vec!["set", "k"];
+    for s in &specs {
+        args.extend(["--policy", s.as_str()]);
+    }
+    let o = quota(&redis, &prefix, &args);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("more than the 512"), "{}", stderr(&o));
+}

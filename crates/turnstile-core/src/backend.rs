@@ -67,12 +67,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// The future a check returns. `'static`: it owns whatever it needs.
     type Future: Future<Output = CheckResult> + Send + 'static;
 
-    /// Checks `key` with `cost` units against the policies `limits` resolves for it — its
-    /// override stored in the backend, else its tier's policies, else the
+    /// Checks `key` with `cost` units against the policies `limits` resolves for it — each
+    /// default policy with the parameters of its override's policy of the same name, else
+    /// its tier's, else its own (see [`quota`](crate::quota)); for a key with neither, the
     /// [`Unconfigured`](crate::Unconfigured) behaviour — at `now_ms` (ms since the epoch the
     /// caller chose: simulations and tests), or at the backend's own time when `None` (the
-    /// in-memory backend's clock; Redis's `TIME`). The decision's [`Decision::applied`] says
-    /// which configuration decided.
+    /// in-memory backend's clock; Redis's `TIME`). The decision's [`Decision::sources`] say
+    /// where each policy's parameters came from ([`Decision::applied`] sums them up).
     ///
     /// The request is admitted only if every policy admits it; a denied request consumes
     /// from none. A cost of 0 is a query: always admitted, changing nothing.

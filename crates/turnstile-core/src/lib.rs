@@ -84,4 +84,4 @@ pub use failure::{FailurePolicy, OnError, UnknownFailurePolicy};
 pub use memory::SpawnSweeperError;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use policy::{Algorithm, InvalidPolicy, Policy};
-pub use quota::{Applied, KeyConfig, Limits, LimitsError, Unconfigured};
+pub use quota::{Applied, KeyConfig, Limits, LimitsError, Source, Unconfigured, MAX_POLICIES};

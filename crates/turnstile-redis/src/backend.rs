@@ -374,19 +374,10 @@ impl<C: Clock> RedisBackend<C> {
         };
         let deadline = Instant::now() + self.inner.connect_wait;
         let mut conn = node.connection(deadline).await.map_err(|f| f.error)?;
-        let pattern = format!("{}:*", self.inner.prefix);
         let mut cursor: u64 = 0;
         let mut deleted = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| redis_error(e, &self.inner.node))?;
+            let (next, keys) = self.scan_prefix(&mut conn, cursor).await?;
             if !keys.is_empty() {
                 let n: u64 = redis::cmd("UNLINK")
                     .arg(&keys)
@@ -400,6 +391,58 @@ impl<C: Clock> RedisBackend<C> {
             }
             cursor = next;
         }
+    }
+
+    /// Whether a key under this backend's prefix belongs to a client other than
+    /// `client_key` (`SCAN`, single node only: `None` on a Cluster). For tools that write a
+    /// client's configuration (`turnstile quota`): a prefix where no service has written
+    /// anything is likely not the services' prefix.
+    ///
+    /// # Errors
+    /// [`BackendError::Connection`] when Redis cannot be reached.
+    pub async fn holds_other_clients(
+        &self,
+        client_key: &str,
+    ) -> Result<Option<bool>, BackendError> {
+        let Target::Single(node) = &self.inner.target else {
+            return Ok(None);
+        };
+        let deadline = Instant::now() + self.inner.connect_wait;
+        let mut conn = node.connection(deadline).await.map_err(|f| f.error)?;
+        // Every key of a client begins with its state key up to the hash tag's end.
+        let state = self.state_key(client_key);
+        let own = state
+            .rsplit_once("}:")
+            .map_or(state.as_str(), |(base, _)| base);
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys) = self.scan_prefix(&mut conn, cursor).await?;
+            if keys.iter().any(|k| !k.starts_with(own)) {
+                return Ok(Some(true));
+            }
+            if next == 0 {
+                return Ok(Some(false));
+            }
+            cursor = next;
+        }
+    }
+
+    /// One page of `SCAN` over this backend's prefix from `cursor`: the next cursor (0: the
+    /// end) and the keys.
+    async fn scan_prefix(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        cursor: u64,
+    ) -> Result<(u64, Vec<String>), BackendError> {
+        redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{}:*", self.inner.prefix))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(|e| redis_error(e, &self.inner.node))
     }
 
     /// A single node's health entry, looked up once.
@@ -547,6 +590,7 @@ pub(crate) fn sets<'a>(limits: &'a Limits, tiers: &'a [(&'a str, &'a [Policy])])
         defaults: limits.defaults(),
         tiers,
         unconfigured: limits.unconfigured(),
+        stored_only: limits.is_stored_only(),
     }
 }
 
@@ -555,6 +599,7 @@ pub(crate) fn plain_sets(policies: &[Policy]) -> Sets<'_> {
         defaults: policies,
         tiers: &[],
         unconfigured: Unconfigured::Defaults,
+        stored_only: false,
     }
 }
 

@@ -311,6 +311,12 @@ pub(crate) fn redis_error(e: RedisError, node: &str) -> BackendError {
     }
     if e.code() == Some("TURNSTILE_INVALID_STATE") {
         BackendError::InvalidState(e.detail().unwrap_or_default().to_owned())
+    } else if e.code() == Some("TURNSTILE_TOO_MANY_POLICIES") {
+        // A set over the cap (turnstile_core::MAX_POLICIES), refused by the script itself.
+        BackendError::InvalidRequest(format!(
+            "too many policies: {}",
+            e.detail().unwrap_or_default()
+        ))
     } else {
         BackendError::Script(e.to_string())
     }

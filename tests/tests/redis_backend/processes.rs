@@ -180,7 +180,7 @@ async fn a_three_master_cluster_keeps_each_clients_policies_in_one_slot() {
         assert!(d.allowed());
         // So do overrides: the configuration and the override's own keys share the slot.
         on_cluster
-            .set_override("}{", &[p("sliding-log:limit=1,period=1h,name=own")])
+            .set_override("}{", &[p("sliding-log:limit=1,period=1h,name=hourly")])
             .await
             .unwrap();
         let d = on_cluster.check("}{", &policies, 1).await.unwrap();

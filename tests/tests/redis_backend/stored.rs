@@ -155,7 +155,7 @@ async fn configuration_overrides_never_expire_with_a_keys_state() {
     let b = backend(&server.url(), "cfg-ttl");
     let defaults = [p("token-bucket:limit=10,period=1s,name=d")];
     let limits = Limits::new(defaults.to_vec()).unwrap();
-    let over = [p("fixed-window:limit=3,period=1s,name=o")];
+    let over = [p("fixed-window:limit=3,period=1s,name=d")];
     b.set_override("c", &over).await.unwrap();
     b.set_tier("t", Some("pro")).await.unwrap();
     let pttl = |key: &str| -> i64 {

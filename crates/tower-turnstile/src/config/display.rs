@@ -134,7 +134,7 @@ impl LayerConfig {
         }
         writeln!(
             f,
-            "tiers (instead of a rule's policies for keys set to the tier):"
+            "tiers (for keys set to the tier, each policy a tier names takes its parameters; every other stays in force):"
         )?;
         for (name, policies) in &self.tiers {
             writeln!(f, "  {name}:")?;

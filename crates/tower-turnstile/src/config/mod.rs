@@ -161,6 +161,22 @@ impl LayerConfig {
         b
     }
 
+    /// Every policy set a request may be checked against, in the order rules are tried:
+    /// each rule with policies (its label: its name, else its conditions such as
+    /// `POST /login`) and its policies as the layer names them, then the default policies
+    /// (labelled `otherwise`) if the file has some. For tools that act on a key's quota per
+    /// rule (`turnstile quota --config`).
+    pub fn rule_sets(&self) -> Vec<(String, Vec<Policy>)> {
+        let rules = self
+            .rules
+            .iter()
+            .filter(|r| !r.named.is_empty())
+            .map(|r| (r.rule.label(), r.named.clone()));
+        let defaults =
+            (!self.policies.is_empty()).then(|| ("otherwise".to_owned(), self.policies.clone()));
+        rules.chain(defaults).collect()
+    }
+
     /// The key extractor.
     pub fn key(&self) -> &ConfigKey {
         &self.key

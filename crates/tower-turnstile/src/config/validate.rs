@@ -283,7 +283,8 @@ impl Validator<'_> {
     }
 
     /// Whatever the builder still refuses in `config` (a leaky bucket longer than the
-    /// maximum wait), named by the policy or the action it concerns.
+    /// maximum wait, a tier policy no rule uses, too many policies), named by the policy or
+    /// the action it concerns.
     fn check_builds(
         &self,
         config: &LayerConfig,
@@ -294,7 +295,8 @@ impl Validator<'_> {
             return Ok(());
         };
         let loc = match &e {
-            InvalidLayer::DelayExceedsMaxWait { policy, .. } => named
+            InvalidLayer::DelayExceedsMaxWait { policy, .. }
+            | InvalidLayer::UnusedTierPolicy { policy, .. } => named
                 .iter()
                 .find(|(p, _)| p.name() == policy)
                 .map(|(_, loc)| loc),

@@ -11,7 +11,7 @@ mod policy;
 use std::time::Duration;
 
 use crate::few::Few;
-use crate::quota::Applied;
+use crate::quota::{Applied, Source};
 pub use fields::exact_ms;
 pub(crate) use fields::{span_ratio, Span};
 pub use policy::PolicyDecision;
@@ -44,6 +44,10 @@ pub enum Origin {
 pub struct Decision {
     policies: Few<PolicyDecision>,
     applied: Applied,
+    /// Where each policy took its parameters from, when they differ (`None`: every
+    /// policy's is `applied`'s [`Applied::source`]).
+    /// (A thin pointer: a decision stays small.)
+    sources: Option<std::sync::Arc<Vec<Source>>>,
     version: u64,
     /// The binding policy's index.
     binding: u32,
@@ -59,6 +63,7 @@ impl PartialEq for Decision {
             && self.policies == other.policies
             && self.applied == other.applied
             && self.version == other.version
+            && self.sources().eq(other.sources())
     }
 }
 
@@ -107,6 +112,7 @@ impl Decision {
             binding: binding as u32,
             policies,
             applied,
+            sources: None,
             version,
             origin: Origin::Backend,
         }
@@ -121,6 +127,7 @@ impl Decision {
             binding: 0,
             policies: Few::One(policy),
             applied,
+            sources: None,
             version,
             origin: Origin::Backend,
         }
@@ -135,6 +142,7 @@ impl Decision {
             binding: 0,
             policies: Few::none(),
             applied: Applied::Denied,
+            sources: None,
             version,
             origin: Origin::Backend,
         }
@@ -149,6 +157,7 @@ impl Decision {
             binding: 0,
             policies: Few::none(),
             applied: Applied::Unlimited,
+            sources: None,
             version,
             origin: Origin::Backend,
         }
@@ -158,8 +167,57 @@ impl Decision {
     /// version.
     pub fn with_applied(mut self, applied: Applied, version: u64) -> Self {
         self.applied = applied;
+        self.sources = None;
         self.version = version;
         self
+    }
+
+    /// The same decision, saying where each policy (in order) took its parameters from,
+    /// and summing them up in [`Decision::applied`]: [`Applied::Override`] if some policy's
+    /// came from the key's override, else [`Applied::Tier`] of the first policy's tier that
+    /// supplied some, else [`Applied::Defaults`]. A decision without policies
+    /// ([`Applied::Denied`], [`Applied::Unlimited`]) is returned as it is; missing sources
+    /// count as [`Source::Defaults`], extra ones are ignored.
+    pub fn with_sources(mut self, sources: impl IntoIterator<Item = Source>) -> Self {
+        let n = self.policies.as_slice().len();
+        if n == 0 {
+            return self;
+        }
+        let mut list: Vec<Source> = sources.into_iter().take(n).collect();
+        list.resize(n, Source::Defaults);
+        let summary = if list.contains(&Source::Override) {
+            Source::Override
+        } else {
+            list.iter()
+                .find(|s| matches!(s, Source::Tier(_)))
+                .cloned()
+                .unwrap_or(Source::Defaults)
+        };
+        self.applied = summary.applied();
+        self.sources = match list.iter().all(|s| *s == summary) {
+            true => None,
+            false => Some(std::sync::Arc::new(list)),
+        };
+        self
+    }
+
+    /// Where each policy (in [`Decision::policies`]' order) took its parameters from: the
+    /// key's override, a tier (the key's stored one or the request's), or the defaults (in
+    /// the tower layer, the rule's own). Empty when no policy was checked.
+    pub fn sources(&self) -> impl Iterator<Item = Source> + '_ {
+        (0..self.policies.as_slice().len()).map(move |i| self.source(i).unwrap_or_default())
+    }
+
+    /// Where policy `i` (in [`Decision::policies`]' order) took its parameters from; `None`
+    /// beyond the last policy.
+    pub fn source(&self, i: usize) -> Option<Source> {
+        if i >= self.policies.as_slice().len() {
+            return None;
+        }
+        match &self.sources {
+            Some(list) => list.get(i).cloned(),
+            None => Some(self.applied.source().unwrap_or_default()),
+        }
     }
 
     /// The same decision seen `elapsed` later with nothing else happening: every
@@ -194,6 +252,7 @@ impl Decision {
                 })
                 .collect(),
             applied: self.applied.clone(),
+            sources: self.sources.clone(),
             version: self.version,
             origin: self.origin,
         }
@@ -430,7 +489,7 @@ mod tests {
             assert_eq!(span_ratio(num, den).ceil_ms(), num.div_ceil(den) as u64);
         }
         assert!(std::mem::size_of::<PolicyDecision>() <= 64);
-        assert!(std::mem::size_of::<Decision>() <= 104);
+        assert!(std::mem::size_of::<Decision>() <= 112); // 104 before per-policy sources (one thin pointer)
     }
 
     #[test]

@@ -221,7 +221,7 @@ impl<C: Clock> Backend for MemoryBackend<C> {
             key,
             limits.defaults(),
             limits.tier_slice(),
-            limits.unconfigured(),
+            limits.mode(),
             cost,
             self.now(now_ms),
         )

@@ -18,7 +18,7 @@ use crate::algorithm::{eval, Packed, State};
 use crate::backend::{check_key_len, BackendError, CheckResult};
 use crate::decision::{Decision, PolicyDecision};
 use crate::policy::Policy;
-use crate::quota::{validate_policy_set, Applied, Limits, Tier, Unconfigured};
+use crate::quota::{validate_policy_set, Applied, Limits, Mode, Tier};
 use crate::shared::SharedPolicy;
 
 /// How many entries each check looks at for expiry, beyond the one it uses.
@@ -29,12 +29,12 @@ const SWEEP_PER_CHECK: usize = 2;
 pub(super) struct Request<'r> {
     /// The key's hash and bytes.
     pub(super) at: Lookup<'r>,
-    /// The policies of a key without configuration (with [`Unconfigured::Defaults`]).
+    /// The policies of a key without configuration (with [`Unconfigured::Defaults`](crate::Unconfigured::Defaults)).
     pub(super) defaults: &'r [Policy],
     /// The tiers a key's configuration may name.
     pub(super) tiers: &'r [Tier],
-    /// What a key without configuration gets.
-    pub(super) unconfigured: Unconfigured,
+    /// What the defaults are to a key (see [`Limits::stored_only`]).
+    pub(super) mode: Mode,
     /// The request's cost in units (0: a query).
     pub(super) cost: u64,
     /// When, and on which time base.
@@ -45,8 +45,8 @@ impl Request<'_> {
     /// The single default policy, when a key without configuration gets exactly it.
     #[inline(always)]
     fn one_default(&self) -> Option<&Policy> {
-        match (self.defaults, self.unconfigured) {
-            ([policy], Unconfigured::Defaults) => Some(policy),
+        match (self.defaults, self.mode) {
+            ([policy], Mode::Defaults) => Some(policy),
             _ => None,
         }
     }
@@ -73,14 +73,7 @@ impl<C> MemoryBackend<C> {
         if let Err(e) = validate_policy_set(policies) {
             return A::answer(Err(BackendError::InvalidRequest(e.to_string())));
         }
-        self.check_inner(
-            key,
-            policies,
-            &Limits::NO_TIERS,
-            Unconfigured::Defaults,
-            cost,
-            now,
-        )
+        self.check_inner(key, policies, &Limits::NO_TIERS, Mode::Defaults, cost, now)
     }
 
     /// Checks `key`: the policies its configuration resolves to (see
@@ -101,7 +94,7 @@ impl<C> MemoryBackend<C> {
         key: &str,
         defaults: &[Policy],
         tiers: &[Tier],
-        unconfigured: Unconfigured,
+        mode: Mode,
         cost: u64,
         now: Now,
     ) -> A {
@@ -117,7 +110,7 @@ impl<C> MemoryBackend<C> {
             self.sweep(cell, shard, now, SWEEP_PER_CHECK);
         }
         let index = shard.table.find(at.hash, &at.probe);
-        if let ([policy], Unconfigured::Defaults) = (defaults, unconfigured) {
+        if let ([policy], Mode::Defaults) = (defaults, mode) {
             if let Some((shared, f)) = in_place(cell, shard, index, policy, cost, now) {
                 // Built once, from scalars, in the place it is returned from.
                 let d = PolicyDecision::bucket(shared, f.debts);
@@ -130,7 +123,7 @@ impl<C> MemoryBackend<C> {
             at,
             defaults,
             tiers,
-            unconfigured,
+            mode,
             cost,
             now,
         };

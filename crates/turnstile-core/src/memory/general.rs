@@ -1,7 +1,7 @@
 //! The in-memory backend's general path: any configuration (overrides, tiers, unconfigured
 //! keys), several policies, sliding windows and logs, policies whose parameters changed.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 
 use super::check::{Place, Request};
 use super::entry::{Full, Policies, Slot};
@@ -13,8 +13,11 @@ use crate::backend::{BackendError, CheckResult};
 use crate::decision::{Decision, PolicyDecision};
 use crate::few::Few;
 use crate::policy::Policy;
-use crate::quota::{resolve_which, Applied, KeyConfig, Which};
+use crate::quota::{resolve, Applied, KeyConfig, Resolution, Source};
 use crate::shared::SharedPolicy;
+
+/// Up to this many policies, each finds its slot by scanning the entry's.
+const MANY: usize = 8;
 
 /// What a check found in its key's entry for each policy it checks: the slot holding the
 /// policy's state (by name), and, where that state was written under other parameters, the
@@ -28,10 +31,19 @@ struct Found {
 impl Found {
     /// What `entry` holds for `ps` at `now_ms`.
     fn of(entry: Option<&Full>, ps: &[Policy], policies: &Policies, now_ms: u64) -> Found {
-        let slot_of: Few<Option<usize>> = ps
-            .iter()
-            .map(|p| entry.and_then(|e| e.slot_named(policies, p.name())))
-            .collect();
+        let slot_of: Few<Option<usize>> = match entry {
+            // Many policies: the entry's slots by name, once (linear, not one scan each).
+            Some(e) if ps.len() > MANY => {
+                let by_name: HashMap<&str, usize> = (e.slots.iter().enumerate())
+                    .filter_map(|(j, s)| Some((policies.get(s.policy)?.name(), j)))
+                    .collect();
+                ps.iter().map(|p| by_name.get(p.name()).copied()).collect()
+            }
+            _ => ps
+                .iter()
+                .map(|p| entry.and_then(|e| e.slot_named(policies, p.name())))
+                .collect(),
+        };
         let mut found = Found {
             slot_of,
             carried: Vec::new(),
@@ -68,32 +80,55 @@ impl Found {
 }
 
 impl<C> MemoryBackend<C> {
-    /// The general path: any configuration, any policies. The key's configuration picks the
-    /// policies (override, tier, defaults, or none: a blanket deny or allow); every policy is
-    /// evaluated on its state (all-or-nothing, `algorithm::eval_all`); the states are written
-    /// only when the request is admitted and changes one.
+    /// The general path: any configuration, any policies. The key's configuration gives
+    /// each default policy its parameters (its override's or tier's of the same name, else
+    /// the default's; see [`resolve`]), or none apply (a blanket deny or allow); then
+    /// [`MemoryBackend::check_set`] decides them, and the decision says where each policy's
+    /// parameters came from.
     #[inline(never)]
     pub(super) fn check_general(&self, place: Place<'_>, req: &Request<'_>) -> CheckResult {
+        let Place { cell, shard, index } = place;
+        let entry = full_entry(&mut shard.table, &shard.policies, index);
+        let config = entry.and_then(|e| e.config.as_deref());
+        let version = config.map_or(0, KeyConfig::version);
+        let r = resolve(config, req.defaults, req.tiers, req.mode);
+        let listed: Vec<(Policy, Source)> = match &r {
+            Resolution::AllDefaults => {
+                let place = Place { cell, shard, index };
+                return self.check_set(place, req, req.defaults, version);
+            }
+            Resolution::Unlimited => return Ok(Decision::unlimited(version)),
+            Resolution::Denied => return Ok(Decision::unconfigured_denied(version)),
+            // Held apart from the entry, which the check may change (an override lives in
+            // it).
+            Resolution::Picks { picks, .. } => picks
+                .iter()
+                .filter_map(|&pick| r.policy(pick, config, req.defaults, req.tiers))
+                .map(|(p, s)| (p.clone(), s))
+                .collect(),
+        };
+        let (ps, sources): (Vec<Policy>, Vec<Source>) = listed.into_iter().unzip();
+        let place = Place { cell, shard, index };
+        Ok(self
+            .check_set(place, req, &ps, version)?
+            .with_sources(sources))
+    }
+
+    /// Decides `ps` for the key at `place` (of configuration version `version`): every
+    /// policy is evaluated on its state (all-or-nothing, `algorithm::eval_all`); the states
+    /// are written only when the request is admitted and changes one.
+    fn check_set(
+        &self,
+        place: Place<'_>,
+        req: &Request<'_>,
+        ps: &[Policy],
+        version: u64,
+    ) -> CheckResult {
         let Place { cell, shard, index } = place;
         let Shard {
             table, policies, ..
         } = &mut *shard;
         let entry = full_entry(table, policies, index);
-        let config = entry.and_then(|e| e.config.as_deref());
-        let version = config.map_or(0, KeyConfig::version);
-        let (which, applied) = resolve_which(config, req.tiers, req.unconfigured);
-        // An override lives in the entry written below: hold it by its own `Arc`.
-        let own: Option<Arc<[Policy]>> = match which {
-            Which::Override => config.and_then(|c| c.policies.clone()),
-            _ => None,
-        };
-        let ps: &[Policy] = match (&own, which) {
-            (Some(o), _) => o,
-            (None, Which::Tier(i)) => &req.tiers[i].1,
-            (None, Which::Defaults) => req.defaults,
-            _ if applied == Applied::Unlimited => return Ok(Decision::unlimited(version)),
-            _ => return Ok(Decision::unconfigured_denied(version)),
-        };
         let found = Found::of(entry, ps, policies, req.now.ms);
         let fresh = State::new();
         let state_of = |i: usize| found.state(entry, i).unwrap_or(&fresh);
@@ -108,11 +143,19 @@ impl<C> MemoryBackend<C> {
             if let Some(e) = index.and_then(|i| table.get_mut(i)) {
                 e.head.compact(policies);
             }
-            return Ok(Decision::from_few_with(decisions, applied, version));
+            return Ok(Decision::from_few_with(
+                decisions,
+                Applied::Defaults,
+                version,
+            ));
         }
         let place = Place { cell, shard, index };
         let decisions = self.write_states(place, req, ps, evals, found)?;
-        Ok(Decision::from_few_with(decisions, applied, version))
+        Ok(Decision::from_few_with(
+            decisions,
+            Applied::Defaults,
+            version,
+        ))
     }
 
     /// Stores an admitted request's evaluations `evals` of `ps` (as [`Found`] in the key's

@@ -68,9 +68,8 @@ impl<C: Clock> MemoryBackend<C> {
         let config = index
             .and_then(|i| shard.table.get(i))
             .and_then(|e| e.head.config());
-        let (policies, _) = limits.resolve(config);
         // Held apart from the entry, which `change` changes (its override among others).
-        let policies: Vec<Policy> = policies.map(<[Policy]>::to_vec).unwrap_or_default();
+        let policies: Vec<Policy> = limits.resolve(config).into_iter().map(|(p, _)| p).collect();
         let i = self.entry_at(cell, shard, index, &at, now)?;
         let Some(head) = shard.table.get_mut(i).map(|e| &mut e.head) else {
             return Err(missing());
@@ -93,7 +92,7 @@ impl<C: Clock> MemoryBackend<C> {
             key,
             limits.defaults(),
             limits.tier_slice(),
-            limits.unconfigured(),
+            limits.mode(),
             0,
             now,
         )

@@ -21,6 +21,9 @@ pub(crate) struct Sets<'a> {
     pub(crate) defaults: &'a [Policy],
     pub(crate) tiers: &'a [(&'a str, &'a [Policy])],
     pub(crate) unconfigured: Unconfigured,
+    /// Only the policies the key's stored configuration lists apply
+    /// (`Limits::stored_only`; mode `stored`).
+    pub(crate) stored_only: bool,
 }
 
 /// Adds one call's arguments to `inv` (see `lua/check.lua` for the layout).
@@ -39,7 +42,7 @@ pub(crate) fn check_args(
         Op::Refund => "refund",
         Op::Reset => "reset",
     };
-    let unconfigured = unconfigured_word(sets.unconfigured);
+    let unconfigured = unconfigured_word(sets);
     let formatted;
     let head: &str = match (now_ms, op, unconfigured, min_ttl_ms, cost) {
         // The most common call, spelled out rather than formatted.
@@ -57,9 +60,11 @@ pub(crate) fn check_args(
     set_args(inv, sets);
 }
 
-/// The scripts' word for what happens to a key without configuration.
-fn unconfigured_word(u: Unconfigured) -> &'static str {
-    match u {
+/// The scripts' word for what happens to a key without configuration (`stored`: only the
+/// policies the key's stored configuration names apply).
+fn unconfigured_word(sets: Sets<'_>) -> &'static str {
+    match sets.unconfigured {
+        _ if sets.stored_only => "stored",
         Unconfigured::Deny => "deny",
         Unconfigured::Allow => "allow",
         _ => "defaults",
@@ -89,7 +94,7 @@ pub(crate) fn batch_args(
     min_ttl_ms: u64,
 ) {
     use std::fmt::Write as _;
-    let unconfigured = unconfigured_word(sets.unconfigured);
+    let unconfigured = unconfigured_word(sets);
     let mut head = String::with_capacity(32 + 2 * costs.len());
     // (Writing to a String cannot fail.)
     let _ = write!(head, "{budget} check {unconfigured} {min_ttl_ms} ");

@@ -1,5 +1,6 @@
 //! The scripts' replies, parsed and checked (see `mod.rs` for the protocol).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use redis::Value;
 use turnstile_core::decision::exact_ms;
 use turnstile_core::policy::MAX_EXACT;
 use turnstile_core::{
-    Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision,
+    Algorithm, Applied, BackendError, Decision, KeyConfig, Policy, PolicyDecision, Source,
 };
 
 use super::args::Sets;
@@ -80,9 +81,10 @@ pub(crate) fn policy_from_parts(
 
 /// Parses the check script's reply (see `lua/check.lua`'s header) into the time it used and
 /// a decision. Policies the caller passed are reused as they are (the reply gives their
-/// results in the caller's order); an override's are rebuilt from the parameters and names
-/// the reply carries. Every value is checked: a reply of another shape is a
-/// [`BackendError::Script`].
+/// results in the caller's order, or marks which source each default policy's parameters
+/// came from); an override's are rebuilt from the parameters and names the reply carries.
+/// Every value is checked: a reply of another shape is a [`BackendError::Script`]. Linear
+/// in the policies.
 pub(crate) fn parse_reply(
     reply: &[Value],
     sets: Sets<'_>,
@@ -91,49 +93,22 @@ pub(crate) fn parse_reply(
     if let [Value::Int(head), rest @ ..] = reply {
         if *head < 0 {
             let now = u64::try_from(-1 - *head).map_err(|_| bad("now"))?;
-            return Ok((
-                now,
-                policy_results(Some(sets.defaults), rest, Applied::Defaults, 0)?,
-            ));
+            return Ok((now, policy_results(sets.defaults, rest, 0)?));
         }
     }
     let [now, version, applied, rest @ ..] = reply else {
         return Err(bad("too short"));
     };
     let (now, version, applied) = (nat(now)?, nat(version)?, int(applied)?);
-    let (tier, rest) = match (applied, rest) {
-        (2, [tier, rest @ ..]) => (Some(text(tier)?), rest),
-        (2, []) => return Err(bad("no tier name")),
-        _ => (None, rest),
-    };
-    // The defaults' and a tier's policies are the caller's own, in its order: the reply
-    // carries only their results. An override's come with their parameters and names.
-    let known: Option<&[Policy]> = match applied {
-        0 => Some(sets.defaults),
-        2 => Some(
-            sets.tiers
-                .iter()
-                .find(|(t, _)| Some(*t) == tier.as_deref())
-                .map(|(_, ps)| *ps)
-                .ok_or_else(|| bad("a tier the call did not carry"))?,
-        ),
-        1 => None,
-        3 | 4 if rest.is_empty() => {
-            let decision = if applied == 3 {
-                Decision::unconfigured_denied(version)
-            } else {
-                Decision::unlimited(version)
-            };
-            return Ok((now, decision));
-        }
+    let decision = match (applied, rest) {
+        (0, _) => policy_results(sets.defaults, rest, version)?,
+        (1 | 2, [tier, rest @ ..]) => marked_results(sets, &text(tier)?, rest, version)?,
+        (1 | 2, []) => return Err(bad("no tier name")),
+        (3, []) => Decision::unconfigured_denied(version),
+        (4, []) => Decision::unlimited(version),
         _ => return Err(bad("applied")),
     };
-    let applied = match tier {
-        Some(t) => Applied::Tier(Arc::from(t.as_str())),
-        None if applied == 1 => Applied::Override,
-        None => Applied::Defaults,
-    };
-    Ok((now, policy_results(known, rest, applied, version)?))
+    Ok((now, decision))
 }
 
 /// One check's outcome in a batch's reply: the time the script used and the decision, or the
@@ -186,58 +161,120 @@ fn check_error(why: &str, node: &str) -> BackendError {
     }
 }
 
-/// The decision from the reply's per-policy values `rest`: for `known` policies (the
-/// defaults' or a tier's, the caller's own) their results in order; for an override
-/// (`known` None) each result after the policy's parameters and name.
+/// The decision from the reply's results `rest` of `known`, the caller's own policies, in
+/// order.
 fn policy_results(
-    known: Option<&[Policy]>,
+    known: &[Policy],
     rest: &[Value],
-    applied: Applied,
     version: u64,
 ) -> Result<Decision, BackendError> {
-    let (mut at, mut count) = (0, 0);
-    // Collected straight into the decision: one policy's result needs no list.
-    let decision = std::iter::from_fn(|| {
-        let more = at < rest.len() || known.is_some_and(|ps| count < ps.len());
-        more.then(|| {
-            count += 1;
-            next_result(known, rest, &mut at, count - 1)
-        })
-    })
-    .collect::<Result<Decision, BackendError>>()?;
-    if at != rest.len() || (known.is_none() && decision.policies().is_empty()) {
+    let mut at = 0;
+    let decision = known
+        .iter()
+        .map(|p| next_result(p.clone(), rest, &mut at))
+        .collect::<Result<Decision, BackendError>>()?;
+    if at != rest.len() {
         return Err(bad("length"));
     }
-    Ok(decision.with_applied(applied, version))
+    Ok(decision.with_applied(Applied::Defaults, version))
 }
 
-/// The result of policy `index` (the caller's `known[index]`, or an override's read from
-/// `rest[at..]`) from `rest[at..]`; `at` moves past what was read.
+/// The decision from a reply whose values `rest` mark, for each default policy, where its
+/// parameters came from (-1: it does not apply; 0: the default; 1: the key's override, whose
+/// parameters and name follow; 2: the key's stored tier `tier`, a set the call carried),
+/// each followed by its result.
+fn marked_results(
+    sets: Sets<'_>,
+    tier: &str,
+    rest: &[Value],
+    version: u64,
+) -> Result<Decision, BackendError> {
+    let tier_set = match tier {
+        "" => None,
+        t => Some(
+            sets.tiers
+                .iter()
+                .find(|(n, _)| *n == t)
+                .map(|(_, ps)| ByName::new(ps))
+                .ok_or_else(|| bad("a tier the call did not carry"))?,
+        ),
+    };
+    let mut at = 0;
+    let mut results = Vec::with_capacity(sets.defaults.len());
+    let mut sources = Vec::with_capacity(sets.defaults.len());
+    for d in sets.defaults {
+        let mark = int(rest.get(at).ok_or_else(|| bad("length"))?)?;
+        at += 1;
+        let (policy, source) = match mark {
+            -1 => continue,
+            0 => (d.clone(), Source::Defaults),
+            1 => (override_policy(rest, &mut at, d.name())?, Source::Override),
+            2 => {
+                let p = tier_set
+                    .as_ref()
+                    .and_then(|t| t.get(d.name()))
+                    .ok_or_else(|| bad("a tier policy the call did not carry"))?;
+                (p.clone(), Source::Tier(Arc::from(tier)))
+            }
+            _ => return Err(bad("a mark")),
+        };
+        results.push(next_result(policy, rest, &mut at)?);
+        sources.push(source);
+    }
+    if at != rest.len() || results.is_empty() {
+        return Err(bad("length"));
+    }
+    Ok(Decision::from_policies(results)
+        .with_applied(Applied::Defaults, version)
+        .with_sources(sources))
+}
+
+/// The policies of a set by name: a scan for a few, a map for more (linear look-ups).
+enum ByName<'a> {
+    Few(&'a [Policy]),
+    Many(HashMap<&'a str, &'a Policy>),
+}
+
+impl<'a> ByName<'a> {
+    fn new(set: &'a [Policy]) -> Self {
+        if set.len() <= 8 {
+            ByName::Few(set)
+        } else {
+            ByName::Many(set.iter().map(|p| (p.name(), p)).collect())
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Policy> {
+        match self {
+            ByName::Few(set) => set.iter().find(|p| p.name() == name),
+            ByName::Many(map) => map.get(name).copied(),
+        }
+    }
+}
+
+/// An override's policy read from `rest[at..]` (its parameters and name), which must be
+/// named `name`; `at` moves past it.
+fn override_policy(rest: &[Value], at: &mut usize, name: &str) -> Result<Policy, BackendError> {
+    let r = rest
+        .get(*at..*at + OVERRIDE_PARTS)
+        .ok_or_else(|| bad("length"))?;
+    let stored = text(&r[4])?;
+    if stored != name {
+        return Err(bad("an override policy of another name"));
+    }
+    let (alg, limit, period, cap) = (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
+    *at += OVERRIDE_PARTS;
+    policy_from_parts(alg, limit, period, cap, &stored).map_err(|why| {
+        BackendError::InvalidState(format!("stored override policy {name:?} is invalid: {why}"))
+    })
+}
+
+/// The result of `policy` from `rest[at..]`; `at` moves past what was read.
 fn next_result(
-    known: Option<&[Policy]>,
+    policy: Policy,
     rest: &[Value],
     at: &mut usize,
-    index: usize,
 ) -> Result<PolicyDecision, BackendError> {
-    let policy = match known {
-        Some(ps) => ps
-            .get(index)
-            .cloned()
-            .ok_or_else(|| bad("more results than policies"))?,
-        None => {
-            let r = rest
-                .get(*at..*at + OVERRIDE_PARTS)
-                .ok_or_else(|| bad("length"))?;
-            let name = text(&r[4])?;
-            let (alg, limit, period, cap) = (int(&r[0])?, nat(&r[1])?, nat(&r[2])?, nat(&r[3])?);
-            *at += OVERRIDE_PARTS;
-            policy_from_parts(alg, limit, period, cap, &name).map_err(|why| {
-                BackendError::InvalidState(format!(
-                    "stored override policy {name:?} is invalid: {why}"
-                ))
-            })?
-        }
-    };
     let width = policy.algorithm().wire_width();
     let r = rest.get(*at..*at + width).ok_or_else(|| bad("length"))?;
     *at += width;
@@ -360,7 +397,14 @@ mod tests {
         assert!(err.to_string().contains("algorithm id 7"), "{err}");
         // A check reply naming an override policy (applied 1) of an unknown algorithm id.
         let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
-        let mut reply = vec![Value::Int(0), Value::Int(1), Value::Int(1)];
+        // applied 1, no stored tier (''), policy p marked 1: the override's.
+        let mut reply = vec![
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(1),
+            s(""),
+            Value::Int(1),
+        ];
         reply.extend([
             Value::Int(7),
             Value::Int(5),
@@ -369,10 +413,15 @@ mod tests {
             s("p"),
         ]);
         reply.extend([Value::Int(0), Value::Int(4), Value::Int(200)]);
+        let p = [Policy::token_bucket(5, Duration::from_secs(1))
+            .unwrap()
+            .with_name("p")
+            .unwrap()];
         let sets = Sets {
-            defaults: &[],
+            defaults: &p,
             tiers: &[],
             unconfigured: Unconfigured::Defaults,
+            stored_only: false,
         };
         let err = parse_reply(&reply, sets).unwrap_err();
         assert!(matches!(err, BackendError::InvalidState(_)), "{err}");
@@ -390,6 +439,7 @@ mod tests {
             defaults: &defaults,
             tiers: &[],
             unconfigured: Unconfigured::Defaults,
+            stored_only: false,
         };
         let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
         let i = Value::Int;
@@ -414,8 +464,8 @@ mod tests {
 
     #[test]
     fn a_compact_reply_gives_the_callers_own_policies_their_results_in_order() {
-        // applied 2 (a tier): no parameters or names, only each policy's result, in the
-        // order the call sent the tier's policies: a token bucket's retry, remaining and
+        // applied 2 (a tier): no parameters or names, each default policy marked 2 (the
+        // tier's policy of its name) then its result: a token bucket's retry, remaining and
         // reset as numerators over L ms, a fixed window's in whole ms.
         let a = Policy::token_bucket(5, Duration::from_secs(1))
             .unwrap()
@@ -425,24 +475,36 @@ mod tests {
             .unwrap()
             .with_name("b")
             .unwrap();
-        let gold = [a.clone(), b.clone()];
+        let gold = [b.clone(), a.clone()];
         let tiers = [("gold", &gold[..])];
+        let defaults = [
+            Policy::token_bucket(1, Duration::from_secs(1))
+                .unwrap()
+                .with_name("a")
+                .unwrap(),
+            Policy::fixed_window(1, Duration::from_secs(60))
+                .unwrap()
+                .with_name("b")
+                .unwrap(),
+        ];
         let sets = Sets {
-            defaults: &[],
+            defaults: &defaults,
             tiers: &tiers,
             unconfigured: Unconfigured::Defaults,
+            stored_only: false,
         };
         let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
         let i = Value::Int;
         // header: now 7, version 3, applied 2, the tier's name
         let mut reply = vec![i(7), i(3), i(2), s("gold")];
         // a: admitted, 4 left, reset 1001 / 5 ms; b: denied, retry 30 s, 2 left, reset 30 s
-        reply.extend([i(0), i(4), i(1001)]);
-        reply.extend([i(30_000), i(2), i(30_000)]);
+        reply.extend([i(2), i(0), i(4), i(1001)]);
+        reply.extend([i(2), i(30_000), i(2), i(30_000)]);
         let (now, d) = parse_reply(&reply, sets).unwrap();
         assert_eq!(now, 7);
         assert_eq!(d.version(), 3);
         assert_eq!(d.policies().len(), 2);
+        assert_eq!(d.applied(), &Applied::Tier("gold".into()));
         let (pa, pb) = (&d.policies()[0], &d.policies()[1]);
         assert_eq!(pa.policy(), &a);
         assert!(pa.allowed());
@@ -459,7 +521,7 @@ mod tests {
         short.truncate(reply.len() - 1);
         let mut long = reply.clone();
         long.push(i(0));
-        let one = reply[..7].to_vec();
+        let one = reply[..8].to_vec();
         for bad in [short, long, one] {
             assert!(matches!(
                 parse_reply(&bad, sets),
@@ -482,7 +544,7 @@ mod tests {
         // Negative values other than retry's -1 (never), and a sliding window's retry whose
         // fraction is not below its denominator.
         let mut neg = reply.clone();
-        neg[4] = i(-2);
+        neg[5] = i(-2);
         assert!(parse_reply(&neg, sets).is_err());
         let sw = [Policy::sliding_window(3, Duration::from_secs(1))
             .unwrap()
@@ -492,6 +554,7 @@ mod tests {
             defaults: &sw,
             tiers: &[],
             unconfigured: Unconfigured::Defaults,
+            stored_only: false,
         };
         let head = [i(7), i(0), i(0)];
         let mut ok = head.to_vec();
