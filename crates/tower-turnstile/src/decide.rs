@@ -53,6 +53,7 @@ pub(crate) enum Step {
 
 /// The step after a check that ended with `result`; `now` reads the time (only when a wait
 /// is to be scheduled: most steps need none).
+#[inline]
 pub(crate) fn after_check(
     result: Result<Decision, BackendError>,
     cx: &Context,
@@ -69,6 +70,7 @@ pub(crate) fn after_check(
     }
 }
 
+#[inline]
 fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instant) -> Step {
     if !decision.allowed() {
         match cx.action {
