@@ -175,3 +175,36 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_written_in_each_body_type() {
+        assert_eq!(
+            String::from_bytes(Bytes::from_static(b"{\"a\":1}")),
+            "{\"a\":1}"
+        );
+        assert_eq!(
+            String::from_bytes(Bytes::from_static(b"a\xffb")),
+            "a\u{fffd}b"
+        );
+        let full = ResponseBody::<String>::from_bytes(Bytes::from_static(b"x"));
+        assert_eq!(full.size_hint().exact(), Some(1));
+        let empty = ResponseBody::<String>::from_bytes(Bytes::new());
+        assert!(empty.is_end_stream());
+        #[cfg(feature = "axum")]
+        {
+            let b = axum::body::Body::from_bytes(Bytes::from_static(b"xyz"));
+            assert_eq!(b.size_hint().exact(), Some(3));
+            assert!(axum::body::Body::from_bytes(Bytes::new()).is_end_stream());
+        }
+        #[cfg(feature = "tonic")]
+        {
+            let b = tonic::body::Body::from_bytes(Bytes::from_static(b"xyz"));
+            assert_eq!(b.size_hint().exact(), Some(3));
+            assert!(tonic::body::Body::from_bytes(Bytes::new()).is_end_stream());
+        }
+    }
+}
