@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HTTP: an axum hello-world alone, behind turnstile's RateLimitLayer (in memory, nothing
-# denied; with and without its RateLimit headers) and behind tower_governor's GovernorLayer,
+# denied; with and without its RateLimit headers) and behind tower_governor's GovernorLayer (without
+# and with its x-ratelimit-* headers, `.use_headers()`),
 # loaded by wrk on loopback — what a user runs: the release build, the layer's default
 # configuration (keyed by peer IP, headers on). The server is pinned to one CPU and wrk to the
 # other (taskset -c SERVER_CPU / CLIENT_CPU, 0 and 1 by default; the server's tokio runtime
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 ROUNDS="${ROUNDS:-9}"
 DURATION="${DURATION:-5s}"
 CONNECTIONS="${CONNECTIONS:-64}"
-MODES=(bare turnstile turnstile-no-headers tower-governor)
+MODES=(bare turnstile turnstile-no-headers tower-governor tower-governor-headers)
 
 need wrk wrk
 need taskset util-linux
@@ -111,6 +112,7 @@ pr() { printf '  %-40s %-24s %s of %s%s\n' "$1 / $2" "$(ratio "$1" "$2")" "$(cle
 pr turnstile bare "   (goal >= 0.95)"
 pr turnstile-no-headers bare
 pr tower-governor bare
-pr turnstile tower-governor "   (goal >= 1.05)"
-pr turnstile-no-headers tower-governor
+pr tower-governor-headers bare
+pr turnstile tower-governor-headers "   (like for like: both send headers)"
+pr turnstile-no-headers tower-governor "   (like for like: neither does)"
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -9,7 +9,7 @@
 # Each stack runs twice (N1 and N2 requests after a warm-up of 100); instructions per request
 # = (Ir(N2) - Ir(N1)) / (N2 - N1), so set-up cancels out. Knobs: N1 (default 20000), N2
 # (default 60000), MODES (default "bare identity-layer turnstile turnstile-no-headers
-# turnstile-denied tower-governor"; `identity-layer` is axum with a layer that does nothing:
+# turnstile-denied tower-governor tower-governor-headers"; `identity-layer` is axum with a layer that does nothing:
 # what axum adds for any layer). With FLAME=DIR it also draws a flame graph per stack,
 # DIR/<stack>.svg, from `perf record --call-graph dwarf` of FLAME_N requests (default 300000;
 # perf's default event, cpu-clock on a VM without hardware counters) folded by inferno
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 need valgrind valgrind
 N1="${N1:-20000}"
 N2="${N2:-60000}"
-MODES="${MODES:-bare identity-layer turnstile turnstile-no-headers turnstile-denied tower-governor}"
+MODES="${MODES:-bare identity-layer turnstile turnstile-no-headers turnstile-denied tower-governor tower-governor-headers}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 cargo bench -q -p turnstile-benches --bench http_path --no-run
 BIN=$(ls -t "$TARGET"/release/deps/http_path-* | grep -v '\.d$' | head -1)

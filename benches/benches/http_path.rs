@@ -11,7 +11,7 @@
 //! ```
 //!
 //! MODE: `bare`, `turnstile`, `turnstile-no-headers`, `turnstile-denied`, `tower-governor`,
-//! `identity-layer`
+//! `tower-governor-headers`, `identity-layer`
 //! (see `turnstile_benches::Mode`); COUNT: requests after a warm-up of 100. It prints the
 //! status codes counted.
 
@@ -26,7 +26,7 @@ use tower::{Service, ServiceExt};
 use turnstile_benches::{app, Mode};
 
 fn usage() -> ! {
-    eprintln!("usage: http_path bare|turnstile|turnstile-no-headers|turnstile-denied|tower-governor|identity-layer COUNT");
+    eprintln!("usage: http_path bare|turnstile|turnstile-no-headers|turnstile-denied|tower-governor|tower-governor-headers|identity-layer COUNT");
     std::process::exit(2)
 }
 

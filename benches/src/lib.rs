@@ -28,6 +28,9 @@ pub enum Mode {
     TurnstileDenied,
     /// axum behind tower_governor's `GovernorLayer` (defaults: no headers).
     TowerGovernor,
+    /// As `tower-governor`, with `.use_headers()`: `x-ratelimit-limit` and
+    /// `x-ratelimit-remaining` on every admitted response (the twin of `turnstile`).
+    TowerGovernorHeaders,
     /// axum behind a layer that does nothing (tower's `Identity`): what axum itself adds for
     /// any layer (the boxed route and future, the response mapping), the floor under every
     /// other layered stack. Counted by `scripts/profile-http.sh`.
@@ -64,6 +67,15 @@ pub fn app(mode: Mode) -> Result<Router, Box<dyn std::error::Error>> {
             let config = GovernorConfigBuilder::default()
                 .per_nanosecond(1)
                 .burst_size(u32::try_from(RATE)?)
+                .finish()
+                .ok_or("invalid tower_governor configuration")?;
+            app.layer(GovernorLayer::new(config))
+        }
+        Mode::TowerGovernorHeaders => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::try_from(RATE)?)
+                .use_headers()
                 .finish()
                 .ok_or("invalid tower_governor configuration")?;
             app.layer(GovernorLayer::new(config))

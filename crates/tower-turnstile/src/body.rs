@@ -1,5 +1,6 @@
-//! The response body: the inner service's, or turnstile's own for a denial; and the
-//! response each of them comes in.
+//! The response body: the layer answers in the inner service's own body type
+//! ([`RateLimitBody`]), so a router does not box its body again; and the response each of
+//! the inner service's answer and turnstile's own comes in.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -11,10 +12,65 @@ use pin_project_lite::pin_project;
 
 use crate::headers::Prepared;
 
+/// A response body the layer can answer in: [`RateLimit`](crate::RateLimit) gives the inner
+/// service's responses unchanged (its body type, untouched) and writes its own answers (a
+/// denial, an error explaining a misconfiguration, gRPC's trailers-only replies with an
+/// empty body) in the same type, from complete bytes.
+///
+/// Implemented for axum's body (feature `axum`, so an axum `Router` needs nothing more),
+/// tonic's body (feature `tonic`, for a tonic `Server`), `String` (bytes that are not UTF-8
+/// are replaced, as [`String::from_utf8_lossy`] does; turnstile's own bodies are UTF-8) and
+/// [`ResponseBody`], a wrapper for any other body: map the inner service's body into
+/// [`ResponseBody::inner`] (for instance with tower-http's `MapResponseBodyLayer`) to put the
+/// layer in front of it.
+pub trait RateLimitBody: Body<Data = Bytes> + Sized {
+    /// A complete body of `data` (no body at all when `data` is empty).
+    fn from_bytes(data: Bytes) -> Self;
+}
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl RateLimitBody for axum::body::Body {
+    fn from_bytes(data: Bytes) -> Self {
+        if data.is_empty() {
+            axum::body::Body::empty()
+        } else {
+            axum::body::Body::from(data)
+        }
+    }
+}
+
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+impl RateLimitBody for tonic::body::Body {
+    fn from_bytes(data: Bytes) -> Self {
+        if data.is_empty() {
+            tonic::body::Body::empty()
+        } else {
+            tonic::body::Body::new(ResponseBody::<String>::full(data))
+        }
+    }
+}
+
+impl RateLimitBody for String {
+    fn from_bytes(data: Bytes) -> Self {
+        match String::from_utf8(Vec::from(data)) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>> RateLimitBody for ResponseBody<B> {
+    fn from_bytes(data: Bytes) -> Self {
+        ResponseBody::full(data)
+    }
+}
+
 pin_project! {
-    /// The body of a response from [`RateLimit`](crate::RateLimit): either the inner
-    /// service's body, untouched, or a complete body turnstile wrote (a denial, or an error
-    /// explaining a misconfiguration).
+    /// A body that is either another body, untouched, or complete bytes: the
+    /// [`RateLimitBody`] for an inner service whose body type is not one of those the crate
+    /// implements it for (map its body with [`ResponseBody::inner`]).
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
@@ -59,11 +115,7 @@ impl<B> ResponseBody<B> {
 
 /// The inner service's response `res`, with the rate-limit fields `headers` added.
 #[inline]
-pub(crate) fn inner_response<B>(
-    res: Response<B>,
-    headers: Option<Prepared>,
-) -> Response<ResponseBody<B>> {
-    let mut res = res.map(ResponseBody::inner);
+pub(crate) fn inner_response<B>(mut res: Response<B>, headers: Option<Prepared>) -> Response<B> {
     if let Some(h) = headers {
         h.insert(res.headers_mut());
     }
@@ -73,11 +125,11 @@ pub(crate) fn inner_response<B>(
 /// Turnstile's own answer, taken from its state (`None`: polled after it was given, a
 /// contract violation by the caller; stay pending rather than panic).
 #[inline]
-pub(crate) fn own_response<B, E>(
+pub(crate) fn own_response<B: RateLimitBody, E>(
     res: Option<Response<Bytes>>,
-) -> Poll<Result<Response<ResponseBody<B>>, E>> {
+) -> Poll<Result<Response<B>, E>> {
     match res {
-        Some(res) => Poll::Ready(Ok(res.map(ResponseBody::full))),
+        Some(res) => Poll::Ready(Ok(res.map(B::from_bytes))),
         None => Poll::Pending,
     }
 }
@@ -120,6 +172,39 @@ where
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_written_in_each_body_type() {
+        assert_eq!(
+            String::from_bytes(Bytes::from_static(b"{\"a\":1}")),
+            "{\"a\":1}"
+        );
+        assert_eq!(
+            String::from_bytes(Bytes::from_static(b"a\xffb")),
+            "a\u{fffd}b"
+        );
+        let full = ResponseBody::<String>::from_bytes(Bytes::from_static(b"x"));
+        assert_eq!(full.size_hint().exact(), Some(1));
+        let empty = ResponseBody::<String>::from_bytes(Bytes::new());
+        assert!(empty.is_end_stream());
+        #[cfg(feature = "axum")]
+        {
+            let b = axum::body::Body::from_bytes(Bytes::from_static(b"xyz"));
+            assert_eq!(b.size_hint().exact(), Some(3));
+            assert!(axum::body::Body::from_bytes(Bytes::new()).is_end_stream());
+        }
+        #[cfg(feature = "tonic")]
+        {
+            let b = tonic::body::Body::from_bytes(Bytes::from_static(b"xyz"));
+            assert_eq!(b.size_hint().exact(), Some(3));
+            assert!(tonic::body::Body::from_bytes(Bytes::new()).is_end_stream());
         }
     }
 }

@@ -169,7 +169,11 @@ impl Check {
     ) -> Next {
         let settings = &*limiter.settings;
         let rule = &settings.rules[self.rule];
-        let result = rule.relabel(self.tier, result);
+        // Only a tier relabels: the usual request passes its result on as it is.
+        let result = match self.tier {
+            Some(_) => rule.relabel(self.tier, result),
+            None => result,
+        };
         // The check's span closes at the end of this step.
         let span = self.observe(limiter, &result);
         let step = decide::after_check(result, &self.context(settings, rule), Instant::now);

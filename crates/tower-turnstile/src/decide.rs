@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use turnstile_core::{BackendError, Decision, FailurePolicy, OnError};
+use turnstile_core::{Algorithm, BackendError, Decision, FailurePolicy, OnError};
 
 use crate::action::Action;
 use crate::metrics::Outcome;
@@ -53,6 +53,7 @@ pub(crate) enum Step {
 
 /// The step after a check that ended with `result`; `now` reads the time (only when a wait
 /// is to be scheduled: most steps need none).
+#[inline]
 pub(crate) fn after_check(
     result: Result<Decision, BackendError>,
     cx: &Context,
@@ -69,6 +70,7 @@ pub(crate) fn after_check(
     }
 }
 
+#[inline]
 fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instant) -> Step {
     if !decision.allowed() {
         match cx.action {
@@ -93,7 +95,13 @@ fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instan
         return Step::Deny { decision };
     }
     let shadow = cx.action == Action::Shadow;
-    let delay = if cx.cost == 0 || shadow {
+    // Only a leaky bucket delays an admitted request (`Decision::delay`): without one, the
+    // delay is zero and is not computed.
+    let leaky = decision
+        .policies()
+        .iter()
+        .any(|p| p.policy().algorithm() == Algorithm::LeakyBucket);
+    let delay = if cx.cost == 0 || shadow || !leaky {
         Duration::ZERO
     } else {
         decision.delay()

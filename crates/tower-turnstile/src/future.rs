@@ -22,7 +22,7 @@ use tower_service::Service;
 use turnstile_core::wrap::Fallback;
 use turnstile_core::Backend;
 
-use crate::body::{inner_response, own_response, ResponseBody};
+use crate::body::{inner_response, own_response, RateLimitBody};
 use crate::check::{Check, Next, Plan};
 use crate::headers::Prepared;
 use crate::key::KeyExtractor;
@@ -197,8 +197,9 @@ impl<B, K, S, ReqBody, ResBody> Future for ResponseFuture<B, K, S, Request<ReqBo
 where
     B: Backend,
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: RateLimitBody,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();

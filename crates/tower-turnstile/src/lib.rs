@@ -162,7 +162,7 @@ mod waiting;
 pub use turnstile_redis as redis;
 
 pub use action::Action;
-pub use body::ResponseBody;
+pub use body::{RateLimitBody, ResponseBody};
 pub use builder::RateLimitLayerBuilder;
 pub use error::InvalidLayer;
 pub use future::ResponseFuture;

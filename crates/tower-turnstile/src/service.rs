@@ -4,12 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use tower_service::Service;
 use turnstile_core::Backend;
 
-use crate::body::ResponseBody;
+use crate::body::RateLimitBody;
 use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
 use crate::limiter::{Limiter, LiveLimiter};
@@ -22,6 +21,10 @@ use crate::limiter::{Limiter, LiveLimiter};
 /// memory), else from the response future, which then takes the ready service (leaving a
 /// fresh clone behind). A denial is a response (`429`), not an error, so the error type
 /// is the inner service's.
+///
+/// The response type is the inner service's too: its body type must implement
+/// [`RateLimitBody`] (axum's and tonic's bodies do, with the features of the same names), in
+/// which the layer writes its own answers.
 pub struct RateLimit<S, B, K> {
     pub(crate) inner: S,
     pub(crate) limiter: Arc<Limiter<B, K>>,
@@ -70,9 +73,9 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     B: Backend,
     K: KeyExtractor,
-    ResBody: http_body::Body<Data = Bytes>,
+    ResBody: RateLimitBody,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<B, K, S, Request<ReqBody>>;
 

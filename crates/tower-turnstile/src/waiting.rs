@@ -18,7 +18,7 @@ use tower_service::Service;
 use turnstile_core::wrap::FallbackFuture;
 use turnstile_core::{Backend, SystemClock};
 
-use crate::body::{inner_response, own_response, ResponseBody};
+use crate::body::{inner_response, own_response, RateLimitBody};
 use crate::check::{Check, Next};
 use crate::headers::Prepared;
 use crate::limiter::Limiter;
@@ -231,8 +231,9 @@ impl<B, K, S, ReqBody, ResBody> Future for WaitingFuture<B, K, S, Request<ReqBod
 where
     B: Backend,
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: RateLimitBody,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();

@@ -22,11 +22,7 @@ fn err(text: &str) -> String {
 
 async fn status<S>(svc: &mut S, req: Request<()>) -> StatusCode
 where
-    S: Service<
-        Request<()>,
-        Response = Response<tower_turnstile::ResponseBody<String>>,
-        Error = Infallible,
-    >,
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
 {
     svc.ready().await.unwrap().call(req).await.unwrap().status()
 }

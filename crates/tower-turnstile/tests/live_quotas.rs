@@ -37,17 +37,9 @@ fn layer(
 }
 
 /// Sends `n` requests for `key`; returns the statuses and the last response.
-async fn send<S>(
-    svc: &mut S,
-    key: &str,
-    n: usize,
-) -> (Vec<u16>, Response<tower_turnstile::ResponseBody<String>>)
+async fn send<S>(svc: &mut S, key: &str, n: usize) -> (Vec<u16>, Response<String>)
 where
-    S: Service<
-        Request<()>,
-        Response = Response<tower_turnstile::ResponseBody<String>>,
-        Error = Infallible,
-    >,
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
 {
     let mut statuses = Vec::new();
     let mut last = None;

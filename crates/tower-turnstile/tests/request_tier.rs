@@ -75,11 +75,7 @@ fn layer(
 /// `RateLimit-Policy` (or `-`) and body.
 async fn send<S>(svc: &mut S, key: &str, plan: Option<Plan>, n: usize) -> (Vec<u16>, String, String)
 where
-    S: Service<
-        Request<()>,
-        Response = Response<tower_turnstile::ResponseBody<String>>,
-        Error = Infallible,
-    >,
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
 {
     let mut statuses = Vec::new();
     let (mut policy, mut body) = (String::new(), String::new());

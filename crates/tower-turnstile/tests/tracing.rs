@@ -12,7 +12,7 @@ use http::{Request, Response};
 use support::request;
 use tower::{Layer, Service, ServiceExt};
 use tower_turnstile::key::KeyLogging;
-use tower_turnstile::{Action, Policy, RateLimitLayer, ResponseBody};
+use tower_turnstile::{Action, Policy, RateLimitLayer};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -90,12 +90,8 @@ fn capturing() -> (Capture, tracing::subscriber::DefaultGuard) {
 /// `layer` around an inner service that answers 200 with an empty body.
 fn service<B, K>(
     layer: &RateLimitLayer<B, K>,
-) -> impl Service<
-    Request<()>,
-    Response = Response<ResponseBody<String>>,
-    Error = Infallible,
-    Future: Send,
-> + Clone
+) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send>
+       + Clone
        + Send
        + 'static
 where

@@ -290,29 +290,22 @@ pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
     let mut key = Key::new();
     match canonical_ip(ip) {
         IpAddr::V4(v4) => {
-            // Dotted decimal, written into a buffer and appended at once.
-            let mut buf = [0u8; 15];
-            let mut n = 0;
+            // Dotted decimal, written a character at a time (ASCII: no UTF-8 check of the
+            // whole) and appended at once. At most 15 characters: every push fits.
+            let mut text = arrayvec::ArrayString::<15>::new();
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    buf[n] = b'.';
-                    n += 1;
+                    let _ = text.try_push('.');
                 }
                 if octet >= 100 {
-                    buf[n] = b'0' + octet / 100;
-                    n += 1;
+                    let _ = text.try_push(char::from(b'0' + octet / 100));
                 }
                 if octet >= 10 {
-                    buf[n] = b'0' + octet / 10 % 10;
-                    n += 1;
+                    let _ = text.try_push(char::from(b'0' + octet / 10 % 10));
                 }
-                buf[n] = b'0' + octet % 10;
-                n += 1;
+                let _ = text.try_push(char::from(b'0' + octet % 10));
             }
-            // ASCII digits and dots: always UTF-8.
-            if let Ok(text) = std::str::from_utf8(&buf[..n]) {
-                key.push_str(text);
-            }
+            key.push_str(&text);
         }
         IpAddr::V6(v6) if prefix >= 128 => {
             let _ = write!(key, "{v6}");
@@ -609,6 +602,20 @@ mod tests {
         );
         assert!(PeerIp::new().ipv6_prefix(129).is_err());
         assert!(ClientIp::new().ipv6_prefix(128).is_ok());
+    }
+
+    #[test]
+    fn ipv4_keys_are_dotted_decimal() {
+        for a in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.100.9.99",
+            "1.20.199.200",
+            "192.0.2.1",
+        ] {
+            assert_eq!(&*ip_key_inline(ip(a), 64), a);
+            assert_eq!(ip_key_inline(ip(a), 64).as_str(), ip(a).to_string());
+        }
     }
 
     #[test]
