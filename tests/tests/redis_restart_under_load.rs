@@ -397,7 +397,11 @@ fn assert_requests(seen: &[Seen], fault: Fault, version: u64, what: &str) {
                         "{what}: task {}: the override came back: {d:?}",
                         s.task
                     );
-                    assert_eq!((d.version(), under(d)), (version, applied.clone()), "{what}");
+                    assert_eq!(
+                        (d.version(), under(d)),
+                        (version, applied.clone()),
+                        "{what}"
+                    );
                 } else {
                     assert_eq!(*d.applied(), Applied::Defaults, "{what}: {key}: {d:?}");
                     assert_eq!((d.version(), under(d)), (0, dflt.clone()), "{what}: {key}");
