@@ -10,7 +10,7 @@ use std::task::Poll;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use turnstile_core::CheckResult;
+use turnstile_core::{CheckResult, Origin};
 
 use super::*;
 
@@ -226,6 +226,25 @@ fn four_coalescing_processes_on_one_key_admit_exactly_the_limit() {
     assert!(calls < 2_000, "{calls} script calls for 2,000 admissions");
 }
 
+/// Waits (at most 20 s) until key `k` has `remaining` left and `b` counts `refunds` late
+/// refunds.
+async fn refunded(b: &RedisBackend, limits: &Limits, remaining: u64, refunds: u64) {
+    let started = Instant::now();
+    loop {
+        let q = b.check_limits("k", limits, 0, None).await.unwrap();
+        if q.remaining() == remaining && b.stats().late_refunds == refunds {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "remaining {} after {:?}",
+            q.remaining(),
+            b.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_times_out_leaves_nothing_charged_for_the_checks_it_failed() {
     let redis = RedisServer::start();
@@ -262,20 +281,7 @@ async fn a_batch_that_times_out_leaves_nothing_charged_for_the_checks_it_failed(
     assert!(b.nodes_down().is_empty(), "{:?}", b.nodes_down());
     // Redis runs both calls once it answers again; each check it admitted is refunded.
     redis.thaw();
-    let started = Instant::now();
-    loop {
-        let q = b.check_limits("k", &limits, 0, None).await.unwrap();
-        if q.remaining() == 99 && b.stats().late_refunds == 6 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "remaining {} after {:?}",
-            q.remaining(),
-            b.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    refunded(&b, &limits, 99, 6).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -303,4 +309,248 @@ async fn coalesced_checks_on_a_cluster_admit_exactly_the_limit_in_shared_calls()
     let stats = b.stats();
     assert!(stats.batches >= 3, "{stats:?}");
     assert!(stats.redis_calls < stats.checks, "{stats:?}");
+}
+
+/// A check of `key` by `backend` in a task of its own, with how long it took from its arrival.
+fn timed_check<B: Backend + Clone + Send + 'static>(
+    backend: &B,
+    key: &'static str,
+    limits: &Limits,
+) -> tokio::task::JoinHandle<(CheckResult, Duration)>
+where
+    B::Future: Send,
+{
+    let (backend, limits) = (backend.clone(), limits.clone());
+    tokio::spawn(async move {
+        let arrived = Instant::now();
+        let outcome = backend.check_limits(key, &limits, 1, None).await;
+        (outcome, arrived.elapsed())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_check_fails_by_its_own_deadline_counted_from_its_arrival() {
+    let redis = RedisServer::start();
+    let timeout = Duration::from_secs(2);
+    // Wide enough for a loaded machine, narrow enough to tell each check's own deadline
+    // (`timeout` after its arrival) from the batch's (the last member's: 1 s later for the
+    // first queued check) and from a second full timeout counted from the batch's send
+    // (1.5 s later).
+    let margin = Duration::from_millis(500);
+    let b = coalescing(&redis.url(), "coalesce-own-deadline", 128, timeout);
+    let local = Fallback::new(b.clone(), FailurePolicy::Local);
+    let limits = Limits::new(vec![p("fixed-window:limit=100,period=100d,name=t")]).unwrap();
+    // One admission before: the connection is up and the library loaded.
+    let first = b.check_limits("k", &limits, 1, None).await.unwrap();
+    assert_eq!(first.remaining(), 99);
+    redis.freeze();
+    // The lead's call hangs from 0 s to its timeout at 2 s. One check queues behind it at
+    // 0.5 s, another (through the local fallback) at 1.5 s; at 2 s they go together in one
+    // call, which hangs too: each must fail at its own deadline, 2.5 s and 3.5 s.
+    let lead = timed_check(&b, "k", &limits);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let early = timed_check(&b, "k", &limits);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let late = timed_check(&local, "k", &limits);
+    for (what, handle) in [("lead", lead), ("early", early)] {
+        let (outcome, took) = handle.await.unwrap();
+        assert!(
+            matches!(outcome, Err(BackendError::Timeout { .. })),
+            "{what}: {outcome:?}"
+        );
+        assert!(
+            took >= timeout && took < timeout + margin,
+            "{what}: {took:?}"
+        );
+    }
+    // Under the local failure policy, the late check is decided locally by its deadline.
+    let (outcome, took) = late.await.unwrap();
+    let d = outcome.unwrap();
+    assert_eq!((d.allowed(), d.origin()), (true, Origin::Fallback), "{d:?}");
+    assert!(took >= timeout && took < timeout + margin, "late: {took:?}");
+    // After the first admission's call, two: the lead's, and one for the two queued checks;
+    // two failed rounds, below the node's failure threshold.
+    let stats = b.stats();
+    assert_eq!((stats.redis_calls, stats.batches), (3, 1), "{stats:?}");
+    assert!(b.nodes_down().is_empty(), "{:?}", b.nodes_down());
+    // Redis runs both calls once it answers again; the three admissions they made for callers
+    // who had given up are refunded.
+    redis.thaw();
+    refunded(&b, &limits, 99, 3).await;
+}
+
+/// Awaits checks of `key` for `costs` at time `t` through `backend`, together, in order.
+async fn burst<B: Backend>(
+    backend: &B,
+    key: &str,
+    limits: &Limits,
+    costs: &[u64],
+    t: Option<u64>,
+) -> Vec<Decision>
+where
+    B::Future: Unpin,
+{
+    let checks = costs
+        .iter()
+        .map(|&c| backend.check_limits(key, limits, c, t))
+        .collect();
+    let decided = in_order(checks).await;
+    decided.into_iter().map(Result::unwrap).collect()
+}
+
+/// Awaits `checks` while `redis` stalls for their first 100 ms: a first check's call is
+/// surely in flight while the others queue behind it (on a loaded machine, a reply can
+/// otherwise arrive before the next check is polled), and they go together once Redis
+/// answers again.
+async fn stalled<T>(redis: &RedisServer, checks: impl Future<Output = T>) -> T {
+    redis.freeze();
+    let thaw = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        redis.thaw();
+    };
+    tokio::join!(checks, thaw).0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deny_cache_repeats_a_coalesced_batchs_denials_field_for_field_without_calls() {
+    let redis = RedisServer::start();
+    let b = coalescing(&redis.url(), "coalesce-deny", 128, Duration::from_secs(5));
+    let cache = DenyCache::with_max(b.clone(), Duration::from_secs(60));
+    let limits = Limits::new(vec![
+        p("fixed-window:limit=4,period=1h,name=hour"),
+        p("gcra:limit=10,period=1m,name=minute"),
+    ])
+    .unwrap();
+    let t = Some(1_700_000_000_000u64);
+    // The hour's quota goes to four checks one by one.
+    for _ in 0..4 {
+        assert!(cache
+            .check_limits("k", &limits, 1, t)
+            .await
+            .unwrap()
+            .allowed());
+    }
+    // A burst beyond the limit: the first check goes alone, the five others queue behind it
+    // and go in one call; costs 2 and 3 are decided by that batch only.
+    let costs = [1, 2, 3, 1, 2, 3];
+    let (stats, calls) = (b.stats(), script_calls(redis.port()));
+    let said = stalled(&redis, burst(&cache, "k", &limits, &costs, t)).await;
+    let after = b.stats();
+    assert_eq!(after.redis_calls - stats.redis_calls, 2, "{after:?}");
+    assert_eq!(after.batches - stats.batches, 1, "{after:?}");
+    assert_eq!(after.checks - stats.checks, 6, "{after:?}");
+    assert_eq!(script_calls(redis.port()) - calls, 2);
+    for (d, c) in said.iter().zip(costs) {
+        assert!(
+            !d.allowed() && d.origin() == Origin::Backend,
+            "cost {c}: {d:?}"
+        );
+    }
+    assert_eq!(said[0], said[3]);
+    // The same denials again, in another order: the cache answers every one with what Redis
+    // said for its cost, and Redis is not called.
+    let again = [3, 1, 2, 2, 1, 3];
+    let repeated = burst(&cache, "k", &limits, &again, t).await;
+    assert_eq!(cache.hits(), 6);
+    assert_eq!(b.stats().redis_calls, after.redis_calls, "{:?}", b.stats());
+    assert_eq!(script_calls(redis.port()) - calls, 2);
+    for (d, c) in repeated.iter().zip(again) {
+        let i = costs.iter().rposition(|&x| x == c).unwrap();
+        assert_eq!(d, &said[i], "cost {c}");
+        assert_eq!(d.origin(), Origin::DenyCache, "cost {c}");
+        // What Redis says when asked now, one by one: the same.
+        let now = b.check_limits("k", &limits, c, t).await.unwrap();
+        assert_eq!(d, &now, "cost {c}");
+    }
+    // At the server's time: the same, with waits counted down since the reply.
+    for _ in 0..4 {
+        assert!(cache
+            .check_limits("s", &limits, 1, None)
+            .await
+            .unwrap()
+            .allowed());
+    }
+    let stats = b.stats();
+    let said = stalled(&redis, burst(&cache, "s", &limits, &costs, None)).await;
+    let after = b.stats();
+    assert_eq!(after.redis_calls - stats.redis_calls, 2, "{after:?}");
+    assert_eq!(after.batches - stats.batches, 1, "{after:?}");
+    let repeated = burst(&cache, "s", &limits, &again, None).await;
+    assert_eq!(cache.hits(), 12);
+    assert_eq!(b.stats().redis_calls, after.redis_calls, "{:?}", b.stats());
+    for (d, c) in repeated.iter().zip(again) {
+        let s = &said[costs.iter().rposition(|&x| x == c).unwrap()];
+        assert_eq!(d.origin(), Origin::DenyCache, "cost {c}");
+        assert!(
+            !d.allowed() && d.remaining() == s.remaining(),
+            "cost {c}: {d:?}"
+        );
+        for (got, want) in d.policies().iter().zip(s.policies()) {
+            assert_eq!(
+                (got.name(), got.allowed(), got.remaining()),
+                (want.name(), want.allowed(), want.remaining()),
+                "cost {c}"
+            );
+            assert!(got.retry_after() <= want.retry_after(), "cost {c}");
+            assert!(got.reset_after() <= want.reset_after(), "cost {c}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_coalesced_burst_the_local_fallback_continues_from_the_batchs_remaining() {
+    let redis = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let b = coalescing(&redis.url(), "coalesce-fallback", 128, timeout);
+    let local = Fallback::new(b.clone(), FailurePolicy::Local);
+    // One unit back every 6 minutes: nothing refills during the test.
+    let limits = Limits::new(vec![p("token-bucket:limit=10,period=1h,name=h")]).unwrap();
+    assert_eq!(
+        b.check_limits("warm", &limits, 0, None)
+            .await
+            .unwrap()
+            .remaining(),
+        10
+    );
+    // Seven checks, each in a task of its own, arrive while Redis stalls: the first's call
+    // waits, the six others queue behind it; Redis answers again in time, and the six go in
+    // one call.
+    redis.freeze();
+    let tasks: Vec<_> = (0..7).map(|_| timed_check(&local, "k", &limits)).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    redis.thaw();
+    let mut remaining = Vec::new();
+    for task in tasks {
+        let d = task.await.unwrap().0.unwrap();
+        assert_eq!((d.allowed(), d.origin()), (true, Origin::Backend), "{d:?}");
+        remaining.push(d.remaining());
+    }
+    remaining.sort_unstable();
+    assert_eq!(remaining, [3, 4, 5, 6, 7, 8, 9]);
+    let stats = b.stats();
+    assert_eq!(stats.batches, 1, "{stats:?}");
+    assert_eq!(local.local_decisions(), 0);
+    // Redis stalls for good: the fallback decides, from the 3 units the batch's last check
+    // left, not from a fresh key's 10.
+    redis.freeze();
+    let decided = burst(&local, "k", &limits, &[1; 6], None).await;
+    let mut got: Vec<_> = decided
+        .iter()
+        .map(|d| {
+            assert_eq!(d.origin(), Origin::Fallback, "{d:?}");
+            (d.allowed(), d.remaining())
+        })
+        .collect();
+    got.sort_unstable();
+    let want = [
+        (false, 0),
+        (false, 0),
+        (false, 0),
+        (true, 0),
+        (true, 1),
+        (true, 2),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(local.local_decisions(), 6);
+    redis.thaw();
 }

@@ -77,7 +77,9 @@ pub const DEFAULT_FALLBACK_MAX_KEYS: usize = 1_000_000;
 ///
 /// The fallback starts each key from what this process last learned from the backend: the
 /// `remaining` r of each policy at the time of the backend's last answer for the key,
-/// refilling from there at the policy's own rate; a key the backend never answered for starts
+/// refilling from there at the policy's own rate (of answers to checks in flight together,
+/// which this process may be told in another order than the backend decided them, each
+/// policy's smallest `remaining`); a key the backend never answered for starts
 /// with a share s of each policy's capacity ([`Fallback::with_local_share`], default 1:
 /// the whole capacity). Per key and process, an outage so admits at most r + what the policy
 /// refills over the outage (a known key) or s·capacity + the refill (an unknown key); a fleet
@@ -248,6 +250,7 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
                 fut,
                 retry: Some(Retry {
                     ticket: self.shared.log.ticket(),
+                    learned: self.shared.learned.sent(),
                     shared: Arc::clone(&self.shared),
                     key: Box::from(key),
                     limits: limits.clone(),
@@ -289,6 +292,8 @@ impl<B: Backend, C: Clock> Backend for Fallback<B, C> {
 struct Retry<C> {
     /// When the check was sent, as far as incidents go.
     ticket: Ticket,
+    /// When the check was sent, as far as learned answers go.
+    learned: u64,
     shared: Arc<Shared<C>>,
     key: Box<str>,
     limits: Limits,
@@ -304,7 +309,7 @@ impl<C: Clock> Retry<C> {
         let error = match result {
             Ok(decision) => {
                 if decision.origin() == Origin::Backend {
-                    s.learned.record(&self.key, now, &decision);
+                    s.learned.record(&self.key, self.learned, now, &decision);
                 }
                 if decision.origin() == Origin::Backend && s.log.answered(self.ticket) {
                     tracing::info!("rate-limit backend answers again; the local fallback stops");

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crate::backend::Backend;
@@ -22,6 +23,8 @@ type Shard = HashMap<Box<str>, Seen>;
 struct Seen {
     at_ms: u64,
     remaining: Vec<(Policy, u64)>,
+    /// [`Learned`]'s count of answers when this one was recorded.
+    recorded: u64,
     /// Whether the local state of this key was primed since that answer: the key's outage
     /// goes on, and what the local backend holds for it is the outage's own count.
     primed: bool,
@@ -36,6 +39,8 @@ pub(super) struct Learned {
     /// The share s of the capacity a key the backend never answered for starts with, in
     /// millionths (1,000,000 = the whole capacity).
     share_ppm: u64,
+    /// Answers recorded so far (all keys): orders a check's send after an answer.
+    answers: AtomicU64,
 }
 
 impl Learned {
@@ -45,7 +50,13 @@ impl Learned {
             hasher: RandomState::new(),
             max_per_shard: max_keys.div_ceil(SHARDS),
             share_ppm: share_ppm.min(1_000_000),
+            answers: AtomicU64::new(0),
         }
+    }
+
+    /// The mark of a check sent now, for [`Learned::record`] of its answer.
+    pub(super) fn sent(&self) -> u64 {
+        self.answers.load(Ordering::Acquire)
     }
 
     fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, Shard> {
@@ -63,11 +74,17 @@ impl Learned {
             .sum()
     }
 
-    /// Remembers the backend's answer for `key` at local time `at_ms`.
-    pub(super) fn record(&self, key: &str, at_ms: u64, decision: &Decision) {
+    /// Remembers the backend's answer for `key` at local time `at_ms` to a check sent with
+    /// the mark `sent` ([`Learned::sent`]). An answer to a check sent before the key's last
+    /// recorded answer arrived was decided in an order this process cannot know (checks in
+    /// flight together, a coalesced call's decisions, told in any order): of the two, each
+    /// policy keeps the smaller `remaining`, from the later time, so an outage never starts
+    /// from an earlier, larger one.
+    pub(super) fn record(&self, key: &str, sent: u64, at_ms: u64, decision: &Decision) {
         if decision.policies().is_empty() {
             return;
         }
+        let recorded = self.answers.fetch_add(1, Ordering::AcqRel) + 1;
         let mut shard = self.shard(key);
         if !shard.contains_key(key) && shard.len() >= self.max_per_shard {
             // Full: forget one other key (it will start from the unknown share).
@@ -77,9 +94,24 @@ impl Learned {
             shard.remove(&victim);
         }
         let seen = shard.entry(Box::from(key)).or_default();
-        seen.at_ms = at_ms;
+        let overlapped = sent < seen.recorded
+            && seen.remaining.len() == decision.policies().len()
+            && seen
+                .remaining
+                .iter()
+                .zip(decision.policies())
+                .all(|((p, _), d)| p == d.policy());
+        seen.recorded = recorded;
         // A new answer: the key's next outage starts from it.
         seen.primed = false;
+        if overlapped {
+            seen.at_ms = seen.at_ms.max(at_ms);
+            for ((_, r), d) in seen.remaining.iter_mut().zip(decision.policies()) {
+                *r = (*r).min(d.remaining());
+            }
+            return;
+        }
+        seen.at_ms = at_ms;
         seen.remaining.clear();
         seen.remaining.extend(
             decision

@@ -273,6 +273,40 @@ fn a_key_never_seen_starts_with_the_configured_share() {
 }
 
 #[test]
+fn answers_told_out_of_order_leave_the_fallback_the_least_remaining() {
+    // A coalesced Redis call decides its checks in order and tells them at once; their
+    // callers run in any order. Learned from the one told last (an earlier decision, more
+    // remaining), an outage started with units the backend had already given away.
+    let clock = ManualClock::new(0);
+    let l = limits("fixed-window:limit=5,period=1h");
+    let remote = Flaky::new(&clock, unreachable_redis);
+    let local = MemoryBackend::builder().clock(clock.clone()).build();
+    let fb = Fallback::with_local(remote.clone(), FailurePolicy::Local, local);
+    let admitted_in_outage = || {
+        remote.down.store(true, Ordering::Relaxed);
+        let n = (0..6)
+            .filter(|_| now(fb.check_limits("k", &l, 1, None)).unwrap().allowed())
+            .count();
+        remote.down.store(false, Ordering::Relaxed);
+        n
+    };
+    // Both decided (2 left after the second), told second first.
+    let first = fb.check_limits("k", &l, 1, None);
+    let second = fb.check_limits("k", &l, 1, None);
+    assert_eq!(now(second).unwrap().remaining(), 3);
+    assert_eq!(now(first).unwrap().remaining(), 4);
+    assert_eq!(admitted_in_outage(), 3);
+    // A check sent after the last answer arrived is the latest: its larger remaining (a new
+    // window) replaces the smaller one.
+    clock.advance(Duration::from_secs(3_600));
+    assert_eq!(
+        now(fb.check_limits("k", &l, 1, None)).unwrap().remaining(),
+        4
+    );
+    assert_eq!(admitted_in_outage(), 4);
+}
+
+#[test]
 fn learned_answers_are_bounded_by_the_local_key_cap() {
     let clock = ManualClock::new(0);
     let window = limits("fixed-window:limit=3,period=1h");
