@@ -24,8 +24,13 @@ async fn two_servers_on_one_redis_share_one_limit() {
         .unwrap();
     let mut addrs = Vec::new();
     for _ in 0..2 {
+        // A timeout no loaded machine reaches: each server's first check waits for its
+        // backend's warm-up (connect, version, library) instead of deciding locally, so the
+        // limit is the one Redis enforces (the cold start under a burst is
+        // redis_cold_start.rs's).
         let backend = RedisBackend::builder(redis.url())
             .prefix(prefix.as_str())
+            .timeout(Duration::from_secs(10))
             .build()
             .unwrap();
         let layer = RateLimitLayer::new(policy.clone()).backend(DenyCache::new(backend));
@@ -69,6 +74,7 @@ async fn the_requests_tier_yields_to_a_keys_stored_override_and_tier_in_redis() 
     let prefix = format!("turnstile-request-tier-test:{}", std::process::id());
     let backend = RedisBackend::builder(redis.url())
         .prefix(prefix.as_str())
+        .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
     let p = |s: &str| s.parse::<Policy>().unwrap();
