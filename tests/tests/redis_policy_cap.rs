@@ -4,8 +4,6 @@
 //! large set within the cap decides as the in-memory backend does, in time linear in its
 //! size.
 
-use std::time::{Duration, Instant};
-
 use turnstile_core::{Backend, BackendError, Limits, MemoryBackend, Policy, Quotas, MAX_POLICIES};
 use turnstile_redis::{redis, RedisBackend, ScriptMode, CHECK_SCRIPT};
 use turnstile_tests::redis_server::RedisServer;
@@ -164,64 +162,4 @@ async fn a_set_over_the_cap_is_refused_with_a_typed_error() {
     )
     .await;
     assert!(ok.is_ok(), "{ok:?}");
-}
-
-/// The time of one check by `EVALSHA` at 20, 100, 300 and 1,000 policies (sent by hand, past
-/// any cap): a measurement, not a test. `cargo test -p turnstile-tests --test
-/// redis_policy_cap -- --ignored --nocapture`.
-#[tokio::test(flavor = "current_thread")]
-#[ignore = "a measurement: prints figures"]
-async fn measure_the_time_of_one_check_by_policy_count() {
-    let server = RedisServer::start();
-    let mut conn = connection(&server.url()).await;
-    let sha = load(&mut conn).await;
-    for n in [20, 100, 300, 1000] {
-        let set = set_argument(n, 1_000_000);
-        let key = format!("turnstile:measure:{{k{n}}}:f4");
-        let mut times: Vec<Duration> = Vec::new();
-        let mut outcome = String::new();
-        for _ in 0..30 {
-            let t = Instant::now();
-            let r = evalsha(&mut conn, &sha, &key, &set).await;
-            times.push(t.elapsed());
-            outcome = match r {
-                Ok(_) => "decided".into(),
-                Err(e) => format!("refused: {}", e.code().unwrap_or("?")),
-            };
-        }
-        report(
-            &format!("EVALSHA by hand, {n:>4} policies"),
-            times,
-            &outcome,
-        );
-    }
-    // Through the backend (Functions: each set parsed once per node), within the cap.
-    let redis = backend(&server.url(), "measure", ScriptMode::Auto);
-    for n in [20, 100, 300, MAX_POLICIES] {
-        let limits = Limits::new(many(n, 1_000_000)).unwrap();
-        let mut times: Vec<Duration> = Vec::new();
-        for _ in 0..30 {
-            let t = Instant::now();
-            let d = redis
-                .check_limits(&format!("m{n}"), &limits, 1, None)
-                .await
-                .unwrap();
-            times.push(t.elapsed());
-            assert!(d.allowed());
-        }
-        report(
-            &format!("backend (FCALL),   {n:>4} policies"),
-            times,
-            "decided",
-        );
-    }
-}
-
-fn report(what: &str, mut times: Vec<Duration>, outcome: &str) {
-    times.sort();
-    println!(
-        "{what}: median {:>8.3} ms, max {:>8.3} ms ({outcome})",
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        times[times.len() - 1].as_secs_f64() * 1e3
-    );
 }
