@@ -117,13 +117,8 @@ local function batch_one(set, caps, now, c, out, at)
   for j = 1, count do
     local p = set[j]
     local k, o = p.fk, at + 1 + p.fo
-    local u, t = caps[k] + 0, now
-    if u > now then
-      if u > MAX_EXACT then return nil end
-      t = u
-    end
-    local na, nb = caps[k + 1], caps[k + 2]
-    local ok, reset, v1, v2 = p.fast(p, u, na, nb, t, c, out, o)
+    local u, na, nb = caps[k] + 0, caps[k + 1], caps[k + 2]
+    local ok, reset, v1, v2, t = fast_policy(p, u, na, nb, now, c, out, o)
     if ok == nil then return nil end
     if reset > most then most = reset end
     if not ok then all = false end

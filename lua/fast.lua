@@ -147,6 +147,20 @@ end
 -- in the string (the match's captures: for one policy as values, for more as a table; a
 -- fresh key's are zeros), then the string is stored only if all admit, with the largest
 -- TTL they need; else the all-or-nothing rule.
+-- Policy p of a fast set on its stored fields (updated u, then na and nb) at now for cost
+-- c, its reply written into out from o: admitted (nil: not for this path), its reset, its
+-- new fields, and the time it decided at (a clock earlier than updated decides at updated).
+-- The one loop step of fast_check and of batch.lua's batch_one.
+local function fast_policy(p, u, na, nb, now, c, out, o)
+  local t = now
+  if u > now then
+    if u > MAX_EXACT then return nil end
+    t = u
+  end
+  local ok, reset, v1, v2 = p.fast(p, u, na, nb, t, c, out, o)
+  return ok, reset, v1, v2, t
+end
+
 local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   local count, caps, n1, n2, n3, value = set.count, set.none, 0, 0, 0, nil
   local raw = redis.pcall('GET', key)
@@ -176,14 +190,9 @@ local function fast_check(set, key, now, cost, min_ttl, cfgkey)
       local k = p.fk
       n1, n2, n3 = caps[k], caps[k + 1], caps[k + 2]
     end
-    -- updated (digits only: s + 0 reads them as nat does); a clock earlier than it decides
-    -- at its time.
-    local u, t = n1 + 0, now
-    if u > now then
-      if u > MAX_EXACT then return nil end
-      t = u
-    end
-    local ok, reset, v1, v2 = p.fast(p, u, n2, n3, t, cost, out, o)
+    -- updated: digits only, so s + 0 reads them as nat does.
+    local u = n1 + 0
+    local ok, reset, v1, v2, t = fast_policy(p, u, n2, n3, now, cost, out, o)
     if ok == nil then return nil end
     if reset > most then most = reset end
     if not ok then
