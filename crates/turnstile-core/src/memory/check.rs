@@ -21,9 +21,6 @@ use crate::policy::Policy;
 use crate::quota::{validate_policy_set, Applied, Limits, Mode, Tier};
 use crate::shared::SharedPolicy;
 
-/// How many entries each check looks at for expiry, beyond the one it uses.
-const SWEEP_PER_CHECK: usize = 2;
-
 /// One check as the backend's paths take it: the key looked up, the policies its
 /// configuration resolves among, the cost (units) and the time.
 pub(super) struct Request<'r> {
@@ -101,21 +98,38 @@ impl<C> MemoryBackend<C> {
         if let Err(e) = check_key_len(key, self.inner.max_key_bytes) {
             return A::answer(Err(e));
         }
-        self.sweep_elsewhere(now);
         let at = Lookup::new(&self.inner.hasher, key);
         let cell = self.cell(at.hash);
+        self.sweep_elsewhere(cell, now);
         let mut shard = lock::lock(&cell.shard);
         let shard = &mut *shard;
+        let mut index = shard.table.find(at.hash, &at.probe);
+        let mut passed = false;
         if shard.due(now) {
-            self.sweep(cell, shard, now, SWEEP_PER_CHECK);
+            // The key's own entry stays, expired or not, when the check takes units: it
+            // overwrites the entry in place. A query (cost 0) writes nothing: it lets the
+            // sweep drop an expired entry, and looks again.
+            (index, passed) = if cost > 0 {
+                self.sweep_sparing(cell, shard, now, index)
+            } else {
+                self.sweep_sparing(cell, shard, now, None);
+                (shard.table.find(at.hash, &at.probe), false)
+            };
         }
-        let index = shard.table.find(at.hash, &at.probe);
         if let ([policy], Mode::Defaults) = (defaults, mode) {
             if let Some((shared, f)) = in_place(cell, shard, index, policy, cost, now) {
+                if passed {
+                    shard.note_entry(cell, index);
+                }
                 // Built once, from scalars, in the place it is returned from.
                 let d = PolicyDecision::bucket(shared, f.debts);
                 return A::answer(Ok(Decision::one(d, Applied::Defaults, 0)));
             }
+        }
+        if passed {
+            // Its expiry before the check: a lower bound, as no check brings a key's
+            // expiry earlier without noting it.
+            shard.note_entry(cell, index);
         }
         // The request as one value from here on only: made on the in-place path, its fields
         // would be written to memory on every check.

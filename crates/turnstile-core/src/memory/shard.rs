@@ -17,6 +17,9 @@ use crate::backend::BackendError;
 /// How many entries of each other shard a check at the key cap looks at for expiry.
 const SWEEP_AT_CAP: usize = 8;
 
+/// How many entries each check looks at for expiry, beyond the one it uses.
+const SWEEP_PER_CHECK: usize = 2;
+
 /// One shard and, outside its lock, a copy of its expiry bound for checks that look at other
 /// shards without locking them. Two cache lines of its own: threads working in neighbouring
 /// shards never write to one line.
@@ -64,6 +67,20 @@ impl<'k> Lookup<'k> {
             hash: hash_key(hasher, key.as_bytes()),
             probe: Probe::new(key.as_bytes()),
         }
+    }
+}
+
+impl Shard {
+    /// Notes the expiry of entry `index` as it is now (see [`Shard::note`]): for the entry a
+    /// check's sweep passed without taking its expiry into the round.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn note_entry(&mut self, cell: &ShardCell, index: Option<usize>) {
+        let Some(e) = index.and_then(|i| self.table.get(i)) else {
+            return;
+        };
+        let (expires_ms, explicit) = (e.head.expires_ms(&self.policies), e.head.explicit());
+        self.note(cell, expires_ms, explicit);
     }
 }
 
@@ -127,6 +144,22 @@ impl<C> MemoryBackend<C> {
     pub(super) fn sweep(&self, cell: &ShardCell, shard: &mut Shard, now: Now, n: usize) {
         let dropped = shard.sweep(&self.inner.hasher, cell, now, n);
         self.dropped(dropped);
+    }
+
+    /// A check's sweep of its own shard ([`SWEEP_PER_CHECK`] entries), leaving the checked
+    /// key's entry at `index` in place; returns where that entry is now and whether the
+    /// sweep passed it (then [`Shard::note_entry`] once the check is done).
+    #[inline(never)]
+    pub(super) fn sweep_sparing(
+        &self,
+        cell: &ShardCell,
+        shard: &mut Shard,
+        now: Now,
+        index: Option<usize>,
+    ) -> (Option<usize>, bool) {
+        let swept = shard.sweep_sparing(&self.inner.hasher, cell, now, SWEEP_PER_CHECK, index);
+        self.dropped(swept.dropped);
+        (swept.spare, swept.passed)
     }
 
     /// Counts `n` keys dropped.

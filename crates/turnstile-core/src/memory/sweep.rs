@@ -55,6 +55,14 @@ impl Now {
     }
 }
 
+/// What [`Shard::sweep_sparing`] did: how many entries it dropped, where the spared entry
+/// is now, and whether the sweep passed it (so its expiry is the caller's to note).
+pub(super) struct Swept {
+    pub(super) dropped: usize,
+    pub(super) spare: Option<usize>,
+    pub(super) passed: bool,
+}
+
 impl Shard {
     pub(super) fn new() -> Self {
         Shard {
@@ -110,7 +118,24 @@ impl Shard {
         now: Now,
         n: usize,
     ) -> usize {
-        let mut dropped = 0;
+        self.sweep_sparing(hasher, cell, now, n, None).dropped
+    }
+
+    /// [`Shard::sweep`], leaving entry `spare` (the key a check is about to decide) in place
+    /// whether or not it has expired: the check overwrites it, so dropping it would only
+    /// make the check insert the key again. Its expiry is not taken into the round: the
+    /// caller notes it ([`Shard::note`]) once the check is done, when the sweep passed it.
+    /// Returns how many entries were dropped, where `spare` is now (the last entry takes
+    /// the place of each one dropped) and whether the sweep passed it.
+    pub(super) fn sweep_sparing(
+        &mut self,
+        hasher: &RandomState,
+        cell: &ShardCell,
+        now: Now,
+        n: usize,
+        mut spare: Option<usize>,
+    ) -> Swept {
+        let (mut dropped, mut passed) = (0, false);
         for _ in 0..n {
             if self.cursor >= self.table.len() {
                 self.end_round(cell);
@@ -119,11 +144,19 @@ impl Shard {
                 }
             }
             let i = self.cursor;
+            if spare == Some(i) {
+                passed = true;
+                self.cursor = i + 1;
+                continue;
+            }
             let Some(e) = self.table.get(i) else { break };
             let (expires_ms, explicit) = (e.head.expires_ms(&self.policies), e.head.explicit());
             if explicit == now.explicit && expires_ms <= now.ms {
                 self.remove(hasher, i);
                 dropped += 1;
+                if spare == Some(self.table.len()) {
+                    spare = Some(i);
+                }
             } else {
                 let b = usize::from(explicit);
                 self.round_min[b] = self.round_min[b].min(expires_ms);
@@ -133,7 +166,11 @@ impl Shard {
         if dropped > 0 {
             self.give_back(hasher);
         }
-        dropped
+        Swept {
+            dropped,
+            spare,
+            passed,
+        }
     }
 
     /// Removes entry `i`, releasing its policies. The last entry takes its place: if the
@@ -246,28 +283,30 @@ impl<C> MemoryBackend<C> {
     /// Every 16th check of a thread looks at a few entries of the next shard in its
     /// round-robin, if some key there may have expired and the shard is free right now
     /// (never waiting, never holding another lock): keys expire from every shard while any
-    /// traffic flows. No hashing, no allocation.
+    /// traffic flows. No hashing, no allocation. Never the check's `own` shard: its own
+    /// sweep spares the key it checks ([`Shard::sweep_sparing`]).
     #[inline]
-    pub(super) fn sweep_elsewhere(&self, now: Now) {
+    pub(super) fn sweep_elsewhere(&self, own: &ShardCell, now: Now) {
         let turn = TURN.with(|t| {
             let next = t.get().wrapping_add(1);
             t.set(next);
             next
         });
         if turn % ELSEWHERE_EVERY == 0 {
-            self.sweep_other(turn / ELSEWHERE_EVERY, now);
+            self.sweep_other(turn / ELSEWHERE_EVERY, own, now);
         }
     }
 
-    /// The shard `turn` points to, swept if some key there may have expired and it is free.
+    /// The shard `turn` points to, swept if some key there may have expired, it is free and
+    /// it is not `own`.
     #[inline(never)]
-    fn sweep_other(&self, turn: u32, now: Now) {
+    fn sweep_other(&self, turn: u32, own: &ShardCell, now: Now) {
         let shards = &self.inner.shards;
         if shards.len() < 2 {
             return;
         }
         let cell = &shards[turn as usize % shards.len()];
-        if now.ms < cell.bound[now.base()].load(Ordering::Relaxed) {
+        if std::ptr::eq(cell, own) || now.ms < cell.bound[now.base()].load(Ordering::Relaxed) {
             return;
         }
         if let Some(mut shard) = cell.shard.try_lock() {

@@ -495,3 +495,57 @@ fn look_alike_keys_each_have_a_quota_of_their_own() {
     }
     assert_eq!(b.len(), keys.len());
 }
+
+#[test]
+fn a_checks_sweep_leaves_the_checked_keys_expired_entry_in_place() {
+    use super::shard::Lookup;
+    use super::sweep::Now;
+    let clock = ManualClock::new(0);
+    let b = MemoryBackend::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .build();
+    let pol = [p("token-bucket:limit=10,period=1s")];
+    for key in ["a", "b", "c", "d"] {
+        assert!(b.check(key, &pol, 1).into_inner().unwrap().allowed());
+    }
+    // Every key has refilled: each entry has expired.
+    clock.advance(Duration::from_secs(2));
+    let cell = &b.inner.shards[0];
+    let mut shard = cell.shard.lock();
+    let at = Lookup::new(&b.inner.hasher, "d");
+    let d = shard.table.find(at.hash, &at.probe);
+    assert_eq!(d, Some(3), "the last entry");
+    let now = Now {
+        ms: clock.now_ms(),
+        explicit: false,
+    };
+    // The other three go; the last entry took the place of the first dropped, and the
+    // spared index follows it there.
+    let swept = shard.sweep_sparing(&b.inner.hasher, cell, now, 4, d);
+    assert_eq!(swept.dropped, 3);
+    assert_eq!(shard.table.len(), 1);
+    assert_eq!(swept.spare, Some(0));
+    assert!(swept.passed);
+    assert_eq!(
+        shard.table.get(0).map(|e| e.key.as_bytes()),
+        Some(&b"d"[..])
+    );
+    assert_eq!(shard.table.find(at.hash, &at.probe), Some(0));
+    shard.note_entry(cell, swept.spare);
+    drop(shard);
+    b.dropped(swept.dropped);
+    assert_eq!(b.len(), 1);
+    // Its check then decides on the entry in place; once nothing checks it, it goes too.
+    assert!(b.check("d", &pol, 1).into_inner().unwrap().allowed());
+    clock.advance(Duration::from_secs(2));
+    assert_bounds_hold(&b);
+    for _ in 0..4 {
+        assert!(b.check("e", &pol, 0).into_inner().unwrap().allowed());
+    }
+    assert_eq!(
+        b.len(),
+        0,
+        "a query (cost 0) stores nothing, and `d` was swept"
+    );
+}
