@@ -37,7 +37,7 @@ pub(crate) struct Check {
     pub(crate) protocol: Protocol,
     pub(crate) deadline: Option<Instant>,
     /// The current check's span (disabled unless a subscriber wants it).
-    pub(crate) span: Span,
+    pub(crate) span: Option<Span>,
     /// When the current check was sent, if its latency is measured.
     pub(crate) started: Option<std::time::Instant>,
     /// Whether Action::Delay held the request for a re-check.
@@ -136,7 +136,7 @@ impl Check {
         };
         let span = check_span(settings, rule, &key, cost);
         let check = Check {
-            started: measure(&span),
+            started: measure(span.as_ref()),
             ticket: limiter.ticket(),
             key,
             rule: rule_index,
@@ -155,7 +155,7 @@ impl Check {
         let settings = &*limiter.settings;
         let rule = &settings.rules[self.rule];
         self.span = check_span(settings, rule, &self.key, self.cost);
-        self.started = measure(&self.span);
+        self.started = measure(self.span.as_ref());
         self.ticket = limiter.ticket();
     }
 
@@ -169,38 +169,59 @@ impl Check {
     ) -> Next {
         let settings = &*limiter.settings;
         let rule = &settings.rules[self.rule];
-        // Only a tier relabels: the usual request passes its result on as it is.
+        // Only a tier relabels: the usual request's result is used as it is (not moved).
+        let relabelled;
         let result = match self.tier {
-            Some(_) => rule.relabel(self.tier, result),
-            None => result,
+            Some(_) => {
+                relabelled = rule.relabel(self.tier, result);
+                &relabelled
+            }
+            None => &result,
         };
         // The check's span closes at the end of this step.
-        let span = self.observe(limiter, &result);
+        let span = self.observe(limiter, result);
         let step = decide::after_check(result, &self.context(settings, rule), Instant::now);
-        self.carry_out(limiter, rule, step, &span)
+        match result {
+            Ok(decision) => self.carry_out(limiter, rule, step, decision, span.as_ref()),
+            Err(_) => self.failed(step),
+        }
+    }
+
+    /// What a request whose check failed gets (`step`: open or closed).
+    fn failed(&self, step: Step) -> Next {
+        match step {
+            Step::FailClosed => Next::Respond(unavailable(self.protocol)),
+            _ => Next::Call(None),
+        }
     }
 
     /// Records what `result` says about the backend — its latency, the incident it starts or
     /// ends, its error — and takes the check's span out of `self`.
     #[inline]
-    fn observe<B: Backend, K>(&mut self, limiter: &Limiter<B, K>, result: &CheckResult) -> Span {
+    fn observe<B: Backend, K>(
+        &mut self,
+        limiter: &Limiter<B, K>,
+        result: &CheckResult,
+    ) -> Option<Span> {
+        let span = self.span.take();
         if let Some(started) = self.started.take() {
             let elapsed = started.elapsed();
             crate::metrics::backend_latency(elapsed);
-            self.span.record(
-                "backend_us",
-                u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            );
+            if let Some(span) = &span {
+                span.record(
+                    "backend_us",
+                    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+                );
+            }
         }
-        let span = std::mem::replace(&mut self.span, Span::none());
         match result {
             Ok(decision) => limiter.backend_ok(decision, self.ticket),
             Err(e) => {
                 limiter.backend_failed(e, &self.key, self.ticket);
                 crate::metrics::backend_error(e.kind());
-                if !span.is_disabled() {
+                if let Some(span) = span.as_ref().filter(|s| !s.is_disabled()) {
                     span.record("outcome", "backend_error");
-                    tracing::debug!(target: "turnstile", parent: &span, error = %e, kind = e.kind(), "rate limit: backend failed");
+                    tracing::debug!(target: "turnstile", parent: span, error = %e, kind = e.kind(), "rate limit: backend failed");
                 }
             }
         }
@@ -221,15 +242,16 @@ impl Check {
         }
     }
 
-    /// Carries out `step` under `rule`: its metrics and its outcome on `span`, and what the
-    /// request gets.
+    /// Carries out `step`, which followed `decision` under `rule`: its metrics and its
+    /// outcome on `span`, and what the request gets.
     #[inline]
     fn carry_out<B: Backend, K>(
         &mut self,
         limiter: &Limiter<B, K>,
         rule: &CompiledRule,
         step: Step,
-        span: &Span,
+        decision: &Decision,
+        span: Option<&Span>,
     ) -> Next {
         let settings = &*limiter.settings;
         let keys = &*settings.metric_keys;
@@ -238,13 +260,12 @@ impl Check {
                 at,
                 headers,
                 outcome,
-                decision,
             } => {
-                crate::metrics::decision(keys, &decision, outcome);
-                finish_span(span, outcome.as_str(), &decision);
+                crate::metrics::decision(keys, decision, outcome);
+                finish_span(span, outcome.as_str(), decision);
                 let headers = if headers {
                     let policy_header = rule.policy_header_for(self.tier);
-                    Prepared::new(policy_header, &decision, settings.legacy_headers)
+                    Prepared::new(policy_header, decision, settings.legacy_headers)
                 } else {
                     None
                 };
@@ -253,33 +274,37 @@ impl Check {
                     Some(at) => Next::Delay { at, headers },
                 }
             }
-            Step::ShadowCall { decision } => {
-                self.shadow_denied(limiter, &decision, span);
+            Step::ShadowCall => {
+                self.shadow_denied(limiter, decision, span);
                 Next::Call(None)
             }
-            Step::Recheck { at, decision } => {
+            Step::Recheck { at } => {
                 self.waited = true;
-                finish_span(span, "waiting", &decision);
+                finish_span(span, "waiting", decision);
                 Next::Recheck { at }
             }
-            Step::Deny { decision } => {
-                crate::metrics::decision(keys, &decision, Outcome::Denied);
-                finish_span(span, Outcome::Denied.as_str(), &decision);
+            Step::Deny => {
+                crate::metrics::decision(keys, decision, Outcome::Denied);
+                finish_span(span, Outcome::Denied.as_str(), decision);
                 let denial = Denial {
-                    decision: &decision,
+                    decision,
                     protocol: self.protocol,
                     cost: self.cost,
                 };
                 Next::Respond(limiter.denial_response(&denial, rule.policy_header_for(self.tier)))
             }
-            Step::FailOpen => Next::Call(None),
-            Step::FailClosed => Next::Respond(unavailable(self.protocol)),
+            Step::FailOpen | Step::FailClosed => self.failed(step),
         }
     }
 
     /// Counts, records and logs a request shadow mode admits although enforcing would have
     /// denied it with `decision`.
-    fn shadow_denied<B, K>(&self, limiter: &Limiter<B, K>, decision: &Decision, span: &Span) {
+    fn shadow_denied<B, K>(
+        &self,
+        limiter: &Limiter<B, K>,
+        decision: &Decision,
+        span: Option<&Span>,
+    ) {
         let settings = &*limiter.settings;
         limiter.shadow_denied();
         crate::metrics::decision(&settings.metric_keys, decision, Outcome::ShadowDenied);

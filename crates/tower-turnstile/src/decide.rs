@@ -27,24 +27,23 @@ pub(crate) struct Context {
     pub(crate) waited: bool,
 }
 
-/// What happens next.
-#[derive(Debug)]
+/// What happens next, after a decision (which the caller keeps: a step never moves it).
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Step {
     /// Call the inner service — at `at`, if a leaky bucket's delay must be waited out first —
-    /// and, if `headers`, add `decision`'s rate-limit headers to its response.
+    /// and, if `headers`, add the decision's rate-limit headers to its response.
     Call {
         at: Option<Instant>,
         headers: bool,
         outcome: Outcome,
-        decision: Decision,
     },
     /// [`Action::Shadow`]: call the inner service without headers, and count and log that
-    /// enforcing would have denied `decision`.
-    ShadowCall { decision: Decision },
+    /// enforcing would have denied the decision.
+    ShadowCall,
     /// [`Action::Delay`]: check again at `at`.
-    Recheck { at: Instant, decision: Decision },
+    Recheck { at: Instant },
     /// Answer the denial.
-    Deny { decision: Decision },
+    Deny,
     /// The backend could not decide: admit without headers (fail open).
     FailOpen,
     /// The backend could not decide: answer `503` / `UNAVAILABLE` (fail closed).
@@ -55,7 +54,7 @@ pub(crate) enum Step {
 /// is to be scheduled: most steps need none).
 #[inline]
 pub(crate) fn after_check(
-    result: Result<Decision, BackendError>,
+    result: &Result<Decision, BackendError>,
     cx: &Context,
     now: impl FnOnce() -> Instant,
 ) -> Step {
@@ -71,10 +70,10 @@ pub(crate) fn after_check(
 }
 
 #[inline]
-fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instant) -> Step {
+fn after_decision(decision: &Decision, cx: &Context, now: impl FnOnce() -> Instant) -> Step {
     if !decision.allowed() {
         match cx.action {
-            Action::Shadow => return Step::ShadowCall { decision },
+            Action::Shadow => return Step::ShadowCall,
             Action::Delay { .. } => {
                 // Wait only if the re-check, plus the longest leaky-bucket delay it could
                 // then get, still ends by the deadline.
@@ -87,12 +86,12 @@ fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instan
                         (end <= deadline).then(|| now + d)
                     });
                 if let Some(at) = fits {
-                    return Step::Recheck { at, decision };
+                    return Step::Recheck { at };
                 }
             }
             Action::Reject => {}
         }
-        return Step::Deny { decision };
+        return Step::Deny;
     }
     let shadow = cx.action == Action::Shadow;
     // Only a leaky bucket delays an admitted request (`Decision::delay`): without one, the
@@ -121,7 +120,6 @@ fn after_decision(decision: Decision, cx: &Context, now: impl FnOnce() -> Instan
         at,
         headers: cx.headers_on_allowed && !shadow,
         outcome,
-        decision,
     }
 }
 
@@ -159,7 +157,7 @@ mod tests {
     fn admitted_requests_are_called_with_headers() {
         let now = Instant::now();
         let d = decisions("fixed-window:limit=1,period=1s", 1).remove(0);
-        match after_check(Ok(d), &cx(Action::Reject), || now) {
+        match after_check(&Ok(d), &cx(Action::Reject), || now) {
             Step::Call {
                 at: None,
                 headers: true,
@@ -172,7 +170,7 @@ mod tests {
         no_headers.headers_on_allowed = false;
         let d = decisions("fixed-window:limit=1,period=1s", 1).remove(0);
         assert!(matches!(
-            after_check(Ok(d), &no_headers, || now),
+            after_check(&Ok(d), &no_headers, || now),
             Step::Call { headers: false, .. }
         ));
     }
@@ -182,7 +180,7 @@ mod tests {
         let now = Instant::now();
         // T = 100 ms: the second request waits 100 ms.
         let d = decisions("leaky-bucket:limit=10,period=1s", 2).remove(1);
-        match after_check(Ok(d), &cx(Action::Reject), || now) {
+        match after_check(&Ok(d), &cx(Action::Reject), || now) {
             Step::Call {
                 at: Some(at),
                 outcome: Outcome::Delayed,
@@ -193,7 +191,7 @@ mod tests {
         let mut capped = cx(Action::delay(Duration::from_secs(1)));
         capped.deadline = Some(now + Duration::from_millis(30));
         let d = decisions("leaky-bucket:limit=10,period=1s", 2).remove(1);
-        match after_check(Ok(d), &capped, || now) {
+        match after_check(&Ok(d), &capped, || now) {
             Step::Call { at: Some(at), .. } => assert_eq!(at - now, Duration::from_millis(30)),
             other => panic!("{other:?}"),
         }
@@ -202,7 +200,7 @@ mod tests {
         query.cost = 0;
         let d = decisions("leaky-bucket:limit=10,period=1s", 2).remove(1);
         assert!(matches!(
-            after_check(Ok(d), &query, || now),
+            after_check(&Ok(d), &query, || now),
             Step::Call { at: None, .. }
         ));
     }
@@ -212,23 +210,23 @@ mod tests {
         let now = Instant::now();
         let denied = || decisions("fixed-window:limit=1,period=1s", 2).remove(1);
         assert!(matches!(
-            after_check(Ok(denied()), &cx(Action::Reject), || now),
+            after_check(&Ok(denied()), &cx(Action::Reject), || now),
             Step::Deny { .. }
         ));
         assert!(matches!(
-            after_check(Ok(denied()), &cx(Action::Shadow), || now),
+            after_check(&Ok(denied()), &cx(Action::Shadow), || now),
             Step::ShadowCall { .. }
         ));
         // Delay: re-checked when the wait fits the deadline, else denied at once.
         let mut delay = cx(Action::delay(Duration::from_secs(2)));
         delay.deadline = Some(now + Duration::from_secs(2));
-        match after_check(Ok(denied()), &delay, || now) {
+        match after_check(&Ok(denied()), &delay, || now) {
             Step::Recheck { at, .. } => assert_eq!(at - now, Duration::from_secs(1)),
             other => panic!("{other:?}"),
         }
         delay.deadline = Some(now + Duration::from_millis(999));
         assert!(matches!(
-            after_check(Ok(denied()), &delay, || now),
+            after_check(&Ok(denied()), &delay, || now),
             Step::Deny { .. }
         ));
         // A request that can never fit is denied at once.
@@ -237,7 +235,7 @@ mod tests {
         let p: Policy = "fixed-window:limit=1,period=1s".parse().unwrap();
         let never = b.check_at("k", &[p], 2, 0).into_inner().unwrap();
         assert!(matches!(
-            after_check(Ok(never), &delay, || now),
+            after_check(&Ok(never), &delay, || now),
             Step::Deny { .. }
         ));
         // After a re-check, an admission counts as delayed.
@@ -245,7 +243,7 @@ mod tests {
         waited.waited = true;
         let d = decisions("fixed-window:limit=1,period=1s", 1).remove(0);
         assert!(matches!(
-            after_check(Ok(d), &waited, || now),
+            after_check(&Ok(d), &waited, || now),
             Step::Call {
                 outcome: Outcome::Delayed,
                 ..
@@ -264,7 +262,7 @@ mod tests {
         ] {
             let mut c = cx(Action::Reject);
             c.failure = failure;
-            let step = after_check(err(), &c, || now);
+            let step = after_check(&err(), &c, || now);
             assert_eq!(matches!(step, Step::FailOpen), open, "{failure}");
             assert_eq!(matches!(step, Step::FailClosed), !open, "{failure}");
         }

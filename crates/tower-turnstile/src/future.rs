@@ -154,8 +154,8 @@ where
             }
         };
         // As the waiting future polls a check, within the check's span.
-        if check.span.metadata().is_some() {
-            let _entered = check.span.enter();
+        if let Some(span) = &check.span {
+            let _entered = span.enter();
         }
         match check.settle(limiter, result) {
             Next::Call(headers) => Self::call_now(inner, req, headers),

@@ -14,15 +14,20 @@ use crate::rule::CompiledRule;
 /// the rule and its policies, the cost; the outcome, the configuration that applied, the wait
 /// and the backend's latency are recorded when the check completes. Free when no subscriber
 /// wants DEBUG spans of target `turnstile`.
-pub(crate) fn check_span(settings: &Settings, rule: &CompiledRule, key: &str, cost: u64) -> Span {
+pub(crate) fn check_span(
+    settings: &Settings,
+    rule: &CompiledRule,
+    key: &str,
+    cost: u64,
+) -> Option<Span> {
     // No subscriber enables DEBUG (the span macro's own first test), and no logger takes
     // DEBUG records (all that tracing's `log` fallback, when it is compiled in, could write
     // for this span: its fields, and its enter, exit and close at the span's level): the span
     // could do nothing, so none is made, and none is entered, recorded or closed.
     if LevelFilter::current() < Level::DEBUG && log::max_level() < log::LevelFilter::Debug {
-        return Span::none();
+        return None;
     }
-    tracing::debug_span!(
+    let span = tracing::debug_span!(
         target: "turnstile",
         "rate_limit_check",
         key = %settings.key_logging.display(key),
@@ -33,12 +38,16 @@ pub(crate) fn check_span(settings: &Settings, rule: &CompiledRule, key: &str, co
         applied = tracing::field::Empty,
         retry_after_ms = tracing::field::Empty,
         backend_us = tracing::field::Empty,
-    )
+    );
+    // A span no subscriber takes may still be logged (its enter, exit and close) by tracing's
+    // `log` fallback: kept while it has metadata.
+    span.metadata().is_some().then_some(span)
 }
 
 /// When a check starts, if its latency is wanted (for metrics or an enabled span).
-pub(crate) fn measure(span: &Span) -> Option<std::time::Instant> {
-    (crate::metrics::MEASURE || !span.is_disabled()).then(std::time::Instant::now)
+pub(crate) fn measure(span: Option<&Span>) -> Option<std::time::Instant> {
+    (crate::metrics::MEASURE || span.is_some_and(|s| !s.is_disabled()))
+        .then(std::time::Instant::now)
 }
 
 /// Policy names, comma-separated, formatted on demand.
@@ -58,10 +67,10 @@ impl fmt::Display for PolicyNames<'_> {
 
 /// Records a finished check's outcome on its span, with a DEBUG event for denials and a
 /// TRACE event otherwise.
-pub(crate) fn finish_span(span: &Span, outcome: &'static str, decision: &Decision) {
-    if span.is_disabled() {
+pub(crate) fn finish_span(span: Option<&Span>, outcome: &'static str, decision: &Decision) {
+    let Some(span) = span.filter(|s| !s.is_disabled()) else {
         return;
-    }
+    };
     span.record("outcome", outcome);
     span.record("applied", decision.applied().label());
     if !decision.allowed() {

@@ -242,7 +242,7 @@ where
             let next = match this.state.as_mut().project() {
                 StateProj::Checking { reply } => {
                     let result = {
-                        let _entered = this.check.span.enter();
+                        let _entered = this.check.span.as_ref().map(tracing::Span::enter);
                         ready!(reply.poll(cx))
                     };
                     let next = this.check.settle(limiter, result);

@@ -616,6 +616,15 @@ mod tests {
             assert_eq!(&*ip_key_inline(ip(a), 64), a);
             assert_eq!(ip_key_inline(ip(a), 64).as_str(), ip(a).to_string());
         }
+        // Every octet value in every place.
+        for v in 0..=255u8 {
+            for place in 0..4 {
+                let mut octets = [1, 22, 133, 4];
+                octets[place] = v;
+                let a = IpAddr::V4(std::net::Ipv4Addr::from(octets));
+                assert_eq!(ip_key_inline(a, 64).as_str(), a.to_string());
+            }
+        }
     }
 
     #[test]
