@@ -34,7 +34,6 @@ pub(crate) struct Check {
     /// The policy set the request's tier selected (`None`: the rule's own).
     pub(crate) tier: Chosen,
     pub(crate) cost: u64,
-    pub(crate) protocol: Protocol,
     pub(crate) deadline: Option<Instant>,
     /// The current check's span (disabled unless a subscriber wants it).
     pub(crate) span: Option<Span>,
@@ -108,7 +107,6 @@ impl Check {
     ) -> Plan<'a> {
         let settings = &*limiter.settings;
         let view = RequestRef::new(req);
-        let protocol = Protocol::of(&view);
         let rule_index = settings.rules.iter().position(|r| r.rule.matches(&view));
         // Exempt rules and requests no rule matches pass unchecked, without headers.
         let Some(rule_index) = rule_index.filter(|&i| !settings.rules[i].rule.exempt) else {
@@ -118,7 +116,7 @@ impl Check {
         let key = match key_of(limiter, req) {
             Ok(key) => key,
             Err(None) => return Plan::Pass,
-            Err(Some(e)) => return Plan::Respond(key_error(&e, protocol)),
+            Err(Some(e)) => return Plan::Respond(key_error(&e, Protocol::of(req.headers()))),
         };
         let exempt_key = !settings.exempt_keys.is_empty() && settings.exempt_keys.contains(&*key);
         let tier = if exempt_key {
@@ -142,7 +140,6 @@ impl Check {
             rule: rule_index,
             tier,
             cost,
-            protocol,
             deadline,
             span,
             waited: false,
@@ -162,10 +159,12 @@ impl Check {
     /// What follows the check that ended with `result` (the backend's answer, not yet
     /// relabelled for the tier): records its metrics, span and incidents, and writes the
     /// denial or the admitted response's rate-limit fields. Closes the check's span.
+    /// `protocol` tells the request's protocol, read only for a response of the layer's own.
     pub(crate) fn settle<B: Backend, K>(
         &mut self,
         limiter: &Limiter<B, K>,
         result: CheckResult,
+        protocol: impl FnOnce() -> Protocol,
     ) -> Next {
         let settings = &*limiter.settings;
         let rule = &settings.rules[self.rule];
@@ -182,22 +181,16 @@ impl Check {
         let span = self.observe(limiter, result);
         let step = decide::after_check(result, &self.context(settings, rule), Instant::now);
         match result {
-            Ok(decision) => self.carry_out(limiter, rule, step, decision, span.as_ref()),
-            Err(_) => self.failed(step),
-        }
-    }
-
-    /// What a request whose check failed gets (`step`: open or closed).
-    fn failed(&self, step: Step) -> Next {
-        match step {
-            Step::FailClosed => Next::Respond(unavailable(self.protocol)),
-            _ => Next::Call(None),
+            Ok(decision) => {
+                self.carry_out(limiter, rule, (step, decision), span.as_ref(), protocol)
+            }
+            Err(_) => failed(step, protocol),
         }
     }
 
     /// Records what `result` says about the backend — its latency, the incident it starts or
     /// ends, its error — and takes the check's span out of `self`.
-    #[inline]
+    #[inline(always)]
     fn observe<B: Backend, K>(
         &mut self,
         limiter: &Limiter<B, K>,
@@ -229,7 +222,7 @@ impl Check {
     }
 
     /// What [`decide::after_check`] needs to know of this request besides the answer.
-    #[inline]
+    #[inline(always)]
     fn context(&self, settings: &Settings, rule: &CompiledRule) -> decide::Context {
         decide::Context {
             action: settings.action,
@@ -244,14 +237,14 @@ impl Check {
 
     /// Carries out `step`, which followed `decision` under `rule`: its metrics and its
     /// outcome on `span`, and what the request gets.
-    #[inline]
+    #[inline(always)]
     fn carry_out<B: Backend, K>(
         &mut self,
         limiter: &Limiter<B, K>,
         rule: &CompiledRule,
-        step: Step,
-        decision: &Decision,
+        (step, decision): (Step, &Decision),
         span: Option<&Span>,
+        protocol: impl FnOnce() -> Protocol,
     ) -> Next {
         let settings = &*limiter.settings;
         let keys = &*settings.metric_keys;
@@ -288,12 +281,12 @@ impl Check {
                 finish_span(span, Outcome::Denied.as_str(), decision);
                 let denial = Denial {
                     decision,
-                    protocol: self.protocol,
+                    protocol: protocol(),
                     cost: self.cost,
                 };
                 Next::Respond(limiter.denial_response(&denial, rule.policy_header_for(self.tier)))
             }
-            Step::FailOpen | Step::FailClosed => self.failed(step),
+            Step::FailOpen | Step::FailClosed => failed(step, protocol),
         }
     }
 
@@ -316,5 +309,13 @@ impl Check {
             retry_after_ms = decision.retry_after().map(|d| d.as_millis()),
             "shadow mode: this request would have been denied"
         );
+    }
+}
+
+/// What a request whose check failed gets (`step`: open or closed).
+fn failed(step: Step, protocol: impl FnOnce() -> Protocol) -> Next {
+    match step {
+        Step::FailClosed => Next::Respond(unavailable(protocol())),
+        _ => Next::Call(None),
     }
 }

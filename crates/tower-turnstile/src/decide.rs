@@ -52,7 +52,7 @@ pub(crate) enum Step {
 
 /// The step after a check that ended with `result`; `now` reads the time (only when a wait
 /// is to be scheduled: most steps need none).
-#[inline]
+#[inline(always)]
 pub(crate) fn after_check(
     result: &Result<Decision, BackendError>,
     cx: &Context,
@@ -69,7 +69,7 @@ pub(crate) fn after_check(
     }
 }
 
-#[inline]
+#[inline(always)]
 fn after_decision(decision: &Decision, cx: &Context, now: impl FnOnce() -> Instant) -> Step {
     if !decision.allowed() {
         match cx.action {

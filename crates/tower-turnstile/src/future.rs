@@ -27,6 +27,7 @@ use crate::check::{Check, Next, Plan};
 use crate::headers::Prepared;
 use crate::key::KeyExtractor;
 use crate::limiter::Limiter;
+use crate::response::Protocol;
 use crate::waiting::{without_reservation, Reply, Start, WaitingFuture};
 
 pin_project! {
@@ -157,7 +158,7 @@ where
         if let Some(span) = &check.span {
             let _entered = span.enter();
         }
-        match check.settle(limiter, result) {
+        match check.settle(limiter, result, || Protocol::of(req.headers())) {
             Next::Call(headers) => Self::call_now(inner, req, headers),
             Next::Respond(res) => Self::respond(inner, res),
             Next::Delay { at, headers } => {

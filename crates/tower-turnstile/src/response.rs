@@ -32,9 +32,10 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    /// The protocol of `req`: gRPC when its `content-type` starts with `application/grpc`.
-    pub(crate) fn of(req: &crate::key::RequestRef<'_>) -> Self {
-        if req.is_grpc() {
+    /// The protocol of a request with `headers`: gRPC when its `content-type` starts with
+    /// `application/grpc`.
+    pub(crate) fn of(headers: &http::HeaderMap) -> Self {
+        if crate::key::is_grpc(headers) {
             Protocol::Grpc
         } else {
             Protocol::Http

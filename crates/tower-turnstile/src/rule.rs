@@ -219,14 +219,14 @@ impl Rule {
         {
             return false;
         }
-        let path = req.path();
+        // The path only when a condition reads it (a rule for every path does not).
         match &self.path {
-            Some(PathMatch::Exact(p)) if p != path => return false,
-            Some(PathMatch::Prefix(p)) if !under(path, p) => return false,
+            Some(PathMatch::Exact(p)) if p != req.path() => return false,
+            Some(PathMatch::Prefix(p)) if !under(req.path(), p) => return false,
             _ => {}
         }
         if let Some((service, method)) = &self.grpc {
-            match grpc_path(path) {
+            match grpc_path(req.path()) {
                 Some((s, m)) if s == service && method.as_deref().is_none_or(|x| x == m) => {}
                 _ => return false,
             }

@@ -22,6 +22,7 @@ use crate::body::{inner_response, own_response, RateLimitBody};
 use crate::check::{Check, Next};
 use crate::headers::Prepared;
 use crate::limiter::Limiter;
+use crate::response::Protocol;
 
 /// The future of a check the backend answers later.
 pub(crate) type Reply<B> = FallbackFuture<<B as Backend>::Future, SystemClock>;
@@ -245,7 +246,9 @@ where
                         let _entered = this.check.span.as_ref().map(tracing::Span::enter);
                         ready!(reply.poll(cx))
                     };
-                    let next = this.check.settle(limiter, result);
+                    let req = this.req.as_ref();
+                    let protocol = || req.map_or(Protocol::Http, |r| Protocol::of(r.headers()));
+                    let next = this.check.settle(limiter, result, protocol);
                     after_reply(next, this.inner, this.reserved, this.headers)
                 }
                 StateProj::AwaitingRecheck { sleep } => {

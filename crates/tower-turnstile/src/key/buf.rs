@@ -9,7 +9,7 @@ use arrayvec::ArrayString;
 
 /// Bytes a [`Key`] holds without allocating: every IP key (the longest, an IPv6 network such
 /// as `ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127`, is 43 bytes) and most API keys.
-const INLINE: usize = 46;
+pub(crate) const INLINE: usize = 46;
 
 /// A client key, as [`KeyExtractor::extract_key`](crate::key::KeyExtractor::extract_key)
 /// gives it and the layer holds it while it checks a request: a string of up to 46 bytes is
@@ -45,6 +45,13 @@ impl Key {
     pub const fn new() -> Self {
         Key {
             repr: Repr::Inline(ArrayString::new_const()),
+        }
+    }
+
+    /// A key written in place by the caller into an inline buffer (an IP key): no copy.
+    pub(crate) fn from_inline(text: ArrayString<INLINE>) -> Self {
+        Key {
+            repr: Repr::Inline(text),
         }
     }
 

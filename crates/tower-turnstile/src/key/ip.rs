@@ -5,9 +5,11 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
+use arrayvec::ArrayString;
 use http::{Extensions, HeaderMap, Request};
 use ipnet::IpNet;
 
+use super::buf::INLINE;
 use super::{Key, KeyError, KeyExtractor};
 
 use turnstile_core::ip::DEFAULT_IPV6_PREFIX;
@@ -287,12 +289,12 @@ pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
 /// IP key fits): an IPv4 address (also one mapped into IPv6) written octet by octet, an IPv6
 /// network as the standard library formats it.
 pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
-    let mut key = Key::new();
     match canonical_ip(ip) {
         IpAddr::V4(v4) => {
             // Dotted decimal, written a character at a time (ASCII: no UTF-8 check of the
-            // whole) and appended at once. At most 15 characters: every push fits.
-            let mut text = arrayvec::ArrayString::<15>::new();
+            // whole) straight into the key's inline buffer. At most 15 characters: every
+            // push fits.
+            let mut text = ArrayString::<INLINE>::new();
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
                     let _ = text.try_push('.');
@@ -305,18 +307,21 @@ pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
                 }
                 let _ = text.try_push(char::from(b'0' + octet % 10));
             }
-            key.push_str(&text);
+            Key::from_inline(text)
         }
         IpAddr::V6(v6) if prefix >= 128 => {
+            let mut key = Key::new();
             let _ = write!(key, "{v6}");
+            key
         }
         IpAddr::V6(v6) => {
             let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
             let net = Ipv6Addr::from(u128::from(v6) & mask);
+            let mut key = Key::new();
             let _ = write!(key, "{net}/{prefix}");
+            key
         }
     }
-    key
 }
 
 /// The peer address recorded in the request's extensions, if any.
