@@ -130,6 +130,7 @@ impl<B, K> Limiter<B, K> {
     /// Notes a decision for a check sent with `sent`: the backend's own answer to a check
     /// sent during an incident ends it, with one line (a deny cache's or a fallback's
     /// answer, or a reply in flight from before, does not).
+    #[inline]
     pub(crate) fn backend_ok(&self, decision: &Decision, sent: Ticket) {
         if decision.origin() == Origin::Backend && self.stats.incidents.answered(sent) {
             tracing::info!(target: "turnstile", "rate-limit backend recovered");
@@ -147,15 +148,28 @@ impl<B, K> Limiter<B, K> {
 
     /// The tier `req` asks for under `rule` (`None`: the rule's own limits). A tier name the
     /// layer does not define counts as none, and the first is logged.
+    #[inline]
     pub(crate) fn choose_tier(
         &self,
         settings: &Settings,
         rule: &CompiledRule,
         req: &RequestRef<'_>,
     ) -> Chosen {
-        let (Some(f), Some(tiers)) = (&settings.request_tier, &rule.tiers) else {
-            return None;
-        };
+        match (&settings.request_tier, &rule.tiers) {
+            (Some(f), Some(tiers)) => self.choose_tier_of(f, tiers, req),
+            _ => None,
+        }
+    }
+
+    /// [`Limiter::choose_tier`] where the layer has a request-tier function `f` and the rule
+    /// has `tiers`.
+    #[inline(never)]
+    fn choose_tier_of(
+        &self,
+        f: &TierFn,
+        tiers: &crate::tier::RuleTiers,
+        req: &RequestRef<'_>,
+    ) -> Chosen {
         let tier = f(req);
         match tiers.choose(&tier) {
             Ok(chosen) => chosen,

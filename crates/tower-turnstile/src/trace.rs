@@ -14,6 +14,7 @@ use crate::rule::CompiledRule;
 /// the rule and its policies, the cost; the outcome, the configuration that applied, the wait
 /// and the backend's latency are recorded when the check completes. Free when no subscriber
 /// wants DEBUG spans of target `turnstile`.
+#[inline]
 pub(crate) fn check_span(
     settings: &Settings,
     rule: &CompiledRule,
@@ -27,6 +28,12 @@ pub(crate) fn check_span(
     if LevelFilter::current() < Level::DEBUG && log::max_level() < log::LevelFilter::Debug {
         return None;
     }
+    new_span(settings, rule, key, cost)
+}
+
+/// [`check_span`] once a subscriber or logger may want it.
+#[inline(never)]
+fn new_span(settings: &Settings, rule: &CompiledRule, key: &str, cost: u64) -> Option<Span> {
     let span = tracing::debug_span!(
         target: "turnstile",
         "rate_limit_check",
@@ -67,10 +74,16 @@ impl fmt::Display for PolicyNames<'_> {
 
 /// Records a finished check's outcome on its span, with a DEBUG event for denials and a
 /// TRACE event otherwise.
+#[inline]
 pub(crate) fn finish_span(span: Option<&Span>, outcome: &'static str, decision: &Decision) {
-    let Some(span) = span.filter(|s| !s.is_disabled()) else {
-        return;
-    };
+    if let Some(span) = span.filter(|s| !s.is_disabled()) {
+        record_outcome(span, outcome, decision);
+    }
+}
+
+/// [`finish_span`] on a span a subscriber took.
+#[inline(never)]
+fn record_outcome(span: &Span, outcome: &'static str, decision: &Decision) {
     span.record("outcome", outcome);
     span.record("applied", decision.applied().label());
     if !decision.allowed() {

@@ -106,6 +106,7 @@ impl IncidentLog {
 
     /// Notes that the backend itself answered a check sent with `sent`: `true` exactly once
     /// per incident, for the answer that ends it (log the recovery then).
+    #[inline]
     pub fn answered(&self, sent: Ticket) -> bool {
         sent.0 % 2 == 1
             && self
