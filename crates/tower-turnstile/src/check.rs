@@ -160,6 +160,7 @@ impl Check {
     /// relabelled for the tier): records its metrics, span and incidents, and writes the
     /// denial or the admitted response's rate-limit fields. Closes the check's span.
     /// `protocol` tells the request's protocol, read only for a response of the layer's own.
+    #[inline]
     pub(crate) fn settle<B: Backend, K>(
         &mut self,
         limiter: &Limiter<B, K>,

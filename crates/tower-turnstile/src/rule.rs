@@ -206,8 +206,19 @@ impl Rule {
         self
     }
 
-    /// Whether the rule matches `req`.
+    /// Whether the rule matches `req`: at once for a rule without conditions.
+    #[inline]
     pub(crate) fn matches(&self, req: &RequestRef<'_>) -> bool {
+        let every = self.methods.is_empty()
+            && !self.preflight
+            && self.path.is_none()
+            && self.grpc.is_none();
+        every || self.meets_conditions(req)
+    }
+
+    /// Whether `req` meets each of the rule's conditions.
+    #[inline(never)]
+    fn meets_conditions(&self, req: &RequestRef<'_>) -> bool {
         if !self.methods.is_empty() && !self.methods.contains(req.method()) {
             return false;
         }
