@@ -60,6 +60,9 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, WaitingFuture<B, K, S, R>>,
+        // Whether the future has completed: polled again, it stays pending (the finished
+        // state is dropped with the future, not replaced when it completes).
+        done: bool,
     }
 }
 
@@ -72,7 +75,6 @@ pin_project! {
         Respond { res: Option<Response<Bytes>> },
         // A request that waits.
         Waiting { fut: Pin<Box<W>> },
-        Done,
     }
 }
 
@@ -83,10 +85,10 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (state, cost) = match &self.state {
+            _ if self.done => ("done", None),
             State::Calling { .. } => ("calling", None),
             State::Respond { .. } => ("responding", None),
             State::Waiting { fut } => (fut.state_name(), Some(fut.cost())),
-            State::Done => ("done", None),
         };
         let mut d = f.debug_struct("ResponseFuture");
         d.field("state", &state);
@@ -118,6 +120,7 @@ where
                 fut: inner.call(req),
                 headers,
             },
+            done: false,
         }
     }
 
@@ -127,6 +130,7 @@ where
         drop(take_ready(inner));
         ResponseFuture {
             state: State::Respond { res: Some(res) },
+            done: false,
         }
     }
 
@@ -184,6 +188,7 @@ where
         let fut = WaitingFuture::new(Arc::clone(limiter), inner, req, check, start);
         ResponseFuture {
             state: State::Waiting { fut: Box::pin(fut) },
+            done: false,
         }
     }
 }
@@ -203,27 +208,22 @@ where
     type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        match this.state.as_mut().project() {
+        let this = self.project();
+        // Polled after completion: a contract violation by the caller. Stay pending rather
+        // than poll a finished future again (which may panic).
+        if *this.done {
+            return Poll::Pending;
+        }
+        let out = match this.state.project() {
             StateProj::Calling { fut, headers } => {
                 let res = ready!(fut.poll(cx));
-                let headers = headers.take();
-                this.state.set(State::Done);
-                Poll::Ready(Ok(inner_response(res?, headers)))
+                inner_response(res?, headers.take())
             }
-            StateProj::Respond { res } => {
-                let res = res.take();
-                this.state.set(State::Done);
-                own_response(res)
-            }
-            StateProj::Waiting { fut } => {
-                let out = ready!(fut.as_mut().poll(cx));
-                this.state.set(State::Done);
-                Poll::Ready(out)
-            }
-            // Polled after completion: a contract violation by the caller. Stay pending
-            // rather than panic.
-            StateProj::Done => Poll::Pending,
-        }
+            // (Given once: `None` after, which stays pending.)
+            StateProj::Respond { res } => return own_response(res.take()),
+            StateProj::Waiting { fut } => ready!(fut.as_mut().poll(cx))?,
+        };
+        *this.done = true;
+        Poll::Ready(Ok(out))
     }
 }
