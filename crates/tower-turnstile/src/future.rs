@@ -219,8 +219,7 @@ where
                 let res = ready!(fut.poll(cx));
                 inner_response(res?, headers.take())
             }
-            // (Given once: `None` after, which stays pending.)
-            StateProj::Respond { res } => return own_response(res.take()),
+            StateProj::Respond { res } => ready!(own_response(res.take()))?,
             StateProj::Waiting { fut } => ready!(fut.as_mut().poll(cx))?,
         };
         *this.done = true;

@@ -259,3 +259,37 @@ async fn dropping_the_future_leaves_the_limiter_consistent() {
     assert_eq!(q.remaining(), 2);
     assert_ready_ok!(svc.poll_ready());
 }
+
+#[tokio::test]
+async fn a_response_future_polled_after_it_completed_stays_pending() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let clock = ManualClock::new(0);
+    let (mut svc, mut handle) = mock::spawn_layer::<Req, Response<String>, _>(layer(
+        "fixed-window:limit=1,period=1m",
+        &clock,
+    ));
+    let mut cx = Context::from_waker(Waker::noop());
+    // Admitted: the inner service's answer once, then pending (the mock's finished future
+    // is never polled again).
+    handle.allow(1);
+    assert_ready_ok!(svc.poll_ready());
+    let mut fut = std::pin::pin!(svc.call(req_from("192.0.2.1")));
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_response(Response::new("ok".to_owned()));
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(Ok(res)) => assert_eq!(res.status(), StatusCode::OK),
+        other => panic!("{other:?}"),
+    }
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    // Denied: the denial once, then pending.
+    handle.allow(1);
+    assert_ready_ok!(svc.poll_ready());
+    let mut fut = std::pin::pin!(svc.call(req_from("192.0.2.1")));
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(Ok(res)) => assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS),
+        other => panic!("{other:?}"),
+    }
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    assert!(format!("{fut:?}").contains("\"done\""), "{fut:?}");
+}
