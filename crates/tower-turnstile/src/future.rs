@@ -216,13 +216,13 @@ where
         }
         let out = match this.state.project() {
             StateProj::Calling { fut, headers } => {
-                let res = ready!(fut.poll(cx));
-                inner_response(res?, headers.take())
+                ready!(fut.poll(cx)).map(|res| inner_response(res, headers.take()))
             }
-            StateProj::Respond { res } => ready!(own_response(res.take()))?,
-            StateProj::Waiting { fut } => ready!(fut.as_mut().poll(cx))?,
+            StateProj::Respond { res } => ready!(own_response(res.take())),
+            StateProj::Waiting { fut } => ready!(fut.as_mut().poll(cx)),
         };
+        // Done with an error too.
         *this.done = true;
-        Poll::Ready(Ok(out))
+        Poll::Ready(out)
     }
 }

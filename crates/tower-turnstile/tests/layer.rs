@@ -262,6 +262,7 @@ async fn dropping_the_future_leaves_the_limiter_consistent() {
 
 #[tokio::test]
 async fn a_response_future_polled_after_it_completed_stays_pending() {
+    // (Admitted, failed and denied.)
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
     let clock = ManualClock::new(0);
@@ -281,6 +282,14 @@ async fn a_response_future_polled_after_it_completed_stays_pending() {
         Poll::Ready(Ok(res)) => assert_eq!(res.status(), StatusCode::OK),
         other => panic!("{other:?}"),
     }
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    // The inner service's error: once, then pending (another client, within its limit).
+    handle.allow(1);
+    assert_ready_ok!(svc.poll_ready());
+    let mut fut = std::pin::pin!(svc.call(req_from("192.0.2.2")));
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_error("inner failure");
+    assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(_))));
     assert!(fut.as_mut().poll(&mut cx).is_pending());
     // Denied: the denial once, then pending.
     handle.allow(1);
