@@ -248,7 +248,10 @@ async fn refunded(b: &RedisBackend, limits: &Limits, remaining: u64, refunds: u6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_times_out_leaves_nothing_charged_for_the_checks_it_failed() {
     let redis = RedisServer::start();
-    let timeout = Duration::from_millis(400);
+    // The queued checks' deadlines come 400 ms after the lead's: a loaded machine may fire
+    // the lead's timer late by that much before the batch misses its turn (150 ms was seen
+    // to be too little under the whole suite on 2 CPUs).
+    let timeout = Duration::from_millis(800);
     let b = coalescing(&redis.url(), "coalesce-timeout", 128, timeout);
     let limits = Limits::new(vec![p("fixed-window:limit=100,period=100d,name=t")]).unwrap();
     // One admission before: the connection is up and the library loaded.
@@ -258,10 +261,10 @@ async fn a_batch_that_times_out_leaves_nothing_charged_for_the_checks_it_failed(
         .unwrap()
         .allowed());
     redis.freeze();
-    // The lead goes (and hangs); five checks arrive 150 ms later, wait behind it, and are sent
+    // The lead goes (and hangs); five checks arrive 400 ms later, wait behind it, and are sent
     // together as it times out: that batch hangs too, and times out at their own deadlines.
     let lead = tokio::spawn(b.check_limits("k", &limits, 1, None));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let queued: Vec<_> = (0..5)
         .map(|_| b.check_limits("k", &limits, 2, None))
         .collect();
