@@ -213,12 +213,14 @@ local function batch(KEYS, ARGV)
   -- Each check left counts its general path's bound against the budget (a lone first check
   -- needs none: it is decided whatever its cost).
   local bound = 0
-  if from <= #costs and (from > 1 or from < #costs) then bound = general_bound(ARGV, key) end
+  if from <= #costs and #costs > 1 then bound = general_bound(ARGV, key) end
+  -- One flags table for every check left (decide and general only read it), its cost set
+  -- per check; not flags itself, which flags_of keeps for other calls.
+  local one = {flags[1], flags[2], flags[3], time = flags.time, fast = flags.fast}
   for i = from, #costs do
     if i > 1 and spent + bound > budget then break end
     spent = spent + bound
-    local one = {flags[1], flags[2], flags[3], cost = costs[i], time = flags.time,
-      fast = flags.fast}
+    one.cost = costs[i]
     at = batch_put(out, at, decide(ARGV, key, one, now))
   end
   return out

@@ -139,14 +139,6 @@ local function fast_value(set, count)
   return value
 end
 
--- The reply of a check of set's policies (set.fast: at most 32 numbers) on the state string
--- at key (KEYS[1]) at now for cost, or nil for the general path (nothing written then).
--- cfgkey(key) is the configuration hash's key, read only for a fresh key. The reply is the
--- compact one (check.lua's header): -1 - now (the defaults applied, version 0), then each
--- policy's values, in set.reply (see set_of). Every policy is decided first, on its numbers
--- in the string (the match's captures: for one policy as values, for more as a table; a
--- fresh key's are zeros), then the string is stored only if all admit, with the largest
--- TTL they need; else the all-or-nothing rule.
 -- Policy p of a fast set on its stored fields (updated u, then na and nb) at now for cost
 -- c, its reply written into out from o: admitted (nil: not for this path), its reset, its
 -- new fields, and the time it decided at (a clock earlier than updated decides at updated).
@@ -161,6 +153,14 @@ local function fast_policy(p, u, na, nb, now, c, out, o)
   return ok, reset, v1, v2, t
 end
 
+-- The reply of a check of set's policies (set.fast: at most 32 numbers) on the state string
+-- at key (KEYS[1]) at now for cost, or nil for the general path (nothing written then).
+-- cfgkey(key) is the configuration hash's key, read only for a fresh key. The reply is the
+-- compact one (check.lua's header): -1 - now (the defaults applied, version 0), then each
+-- policy's values, in set.reply (see set_of). Every policy is decided first, on its numbers
+-- in the string (the match's captures: for one policy as values, for more as a table; a
+-- fresh key's are zeros), then the string is stored only if all admit, with the largest
+-- TTL they need; else the all-or-nothing rule.
 local function fast_check(set, key, now, cost, min_ttl, cfgkey)
   local count, caps, n1, n2, n3, value = set.count, set.none, 0, 0, 0, nil
   local raw = redis.pcall('GET', key)

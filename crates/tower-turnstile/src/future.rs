@@ -147,10 +147,15 @@ where
             Plan::Respond(res) => return Self::respond(inner, res),
             Plan::Check(check, limits) => (check, limits),
         };
-        let reply = limiter
-            .backend
-            .check_limits(&check.key, limits, check.cost, None);
-        let result = match <Fallback<B> as Backend>::ready_now(reply) {
+        // The check within its span, as the waiting future polls one.
+        let answer = {
+            let _entered = check.span.as_ref().map(tracing::Span::enter);
+            let reply = limiter
+                .backend
+                .check_limits(&check.key, limits, check.cost, None);
+            <Fallback<B> as Backend>::ready_now(reply)
+        };
+        let result = match answer {
             Ok(result) => result,
             Err(reply) => {
                 // The answer is awaited: the future takes the readied service and the request.
@@ -158,10 +163,6 @@ where
                 return Self::waiting(limiter, ready, req, check, Start::Checking(reply));
             }
         };
-        // As the waiting future polls a check, within the check's span.
-        if let Some(span) = &check.span {
-            let _entered = span.enter();
-        }
         match check.settle(limiter, result, || Protocol::of(req.headers())) {
             Next::Call(headers) => Self::call_now(inner, req, headers),
             Next::Respond(res) => Self::respond(inner, res),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Response;
 use turnstile_core::wrap::{Fallback, IncidentLog, Share, Ticket, DEFAULT_FALLBACK_MAX_KEYS};
-use turnstile_core::{BackendError, Clock, Decision, FailurePolicy, MemoryBackend, Origin};
+use turnstile_core::{BackendError, Clock, Decision, FailurePolicy, Origin};
 
 use crate::action::Action;
 use crate::key::{KeyError, KeyLogging, MissingKey, RequestRef};
@@ -82,10 +82,8 @@ impl Settings {
     /// sweeps itself every second once it holds a key; it takes keys of any length, as the
     /// layer refuses those longer than `backend` takes before any check.
     pub(crate) fn fallback<B>(&self, backend: B) -> Fallback<B> {
-        let local = MemoryBackend::builder()
+        let local = crate::builder::layer_memory()
             .max_keys(DEFAULT_FALLBACK_MAX_KEYS)
-            .max_key_bytes(usize::MAX)
-            .sweep_every(SWEEP_EVERY)
             .build();
         Fallback::with_local_share(backend, self.failure, local, self.unknown_share)
     }

@@ -275,9 +275,9 @@ where
                     }
                 }
                 StateProj::Calling { fut } => {
-                    let res = ready!(fut.poll(cx))?;
+                    let res = ready!(fut.poll(cx));
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(inner_response(res, this.headers.take())));
+                    return Poll::Ready(res.map(|res| inner_response(res, this.headers.take())));
                 }
                 StateProj::Respond { res } => {
                     let res = res.take();

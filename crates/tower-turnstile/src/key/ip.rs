@@ -289,7 +289,8 @@ pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> String {
 /// IP key fits): an IPv4 address (also one mapped into IPv6) written octet by octet, an IPv6
 /// network as the standard library formats it.
 pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
-    match canonical_ip(ip) {
+    let v6 = match canonical_ip(ip) {
+        IpAddr::V6(v6) => v6,
         IpAddr::V4(v4) => {
             // Dotted decimal, written a character at a time (ASCII: no UTF-8 check of the
             // whole) straight into the key's inline buffer. At most 15 characters: every
@@ -307,21 +308,18 @@ pub(crate) fn ip_key_inline(ip: IpAddr, prefix: u8) -> Key {
                 }
                 let _ = text.try_push(char::from(b'0' + octet % 10));
             }
-            Key::from_inline(text)
+            return Key::from_inline(text);
         }
-        IpAddr::V6(v6) if prefix >= 128 => {
-            let mut key = Key::new();
-            let _ = write!(key, "{v6}");
-            key
-        }
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            let net = Ipv6Addr::from(u128::from(v6) & mask);
-            let mut key = Key::new();
-            let _ = write!(key, "{net}/{prefix}");
-            key
-        }
+    };
+    let mut key = Key::new();
+    if prefix >= 128 {
+        let _ = write!(key, "{v6}");
+    } else {
+        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+        let net = Ipv6Addr::from(u128::from(v6) & mask);
+        let _ = write!(key, "{net}/{prefix}");
     }
+    key
 }
 
 /// The peer address recorded in the request's extensions, if any.

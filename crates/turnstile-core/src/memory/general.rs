@@ -13,11 +13,8 @@ use crate::backend::{BackendError, CheckResult};
 use crate::decision::{Decision, PolicyDecision};
 use crate::few::Few;
 use crate::policy::Policy;
-use crate::quota::{resolve, Applied, KeyConfig, Resolution, Source};
+use crate::quota::{resolve, Applied, KeyConfig, Resolution, Source, SCAN_MAX};
 use crate::shared::SharedPolicy;
-
-/// Up to this many policies, each finds its slot by scanning the entry's.
-const MANY: usize = 8;
 
 /// What a check found in its key's entry for each policy it checks: the slot holding the
 /// policy's state (by name), and, where that state was written under other parameters, the
@@ -33,7 +30,7 @@ impl Found {
     fn of(entry: Option<&Full>, ps: &[Policy], policies: &Policies, now_ms: u64) -> Found {
         let slot_of: Few<Option<usize>> = match entry {
             // Many policies: the entry's slots by name, once (linear, not one scan each).
-            Some(e) if ps.len() > MANY => {
+            Some(e) if ps.len() > SCAN_MAX => {
                 let by_name: HashMap<&str, usize> = (e.slots.iter().enumerate())
                     .filter_map(|(j, s)| Some((policies.get(s.policy)?.name(), j)))
                     .collect();
@@ -88,11 +85,14 @@ impl<C> MemoryBackend<C> {
     #[inline(never)]
     pub(super) fn check_general(&self, place: Place<'_>, req: &Request<'_>) -> CheckResult {
         let Place { cell, shard, index } = place;
-        let entry = full_entry(&mut shard.table, &shard.policies, index);
-        let config = entry.and_then(|e| e.config.as_deref());
+        // The configuration as the entry holds it (a packed entry has none): unpacked, if
+        // at all, by the check of its policies.
+        let config = index
+            .and_then(|i| shard.table.get(i))
+            .and_then(|e| e.head.config());
         let version = config.map_or(0, KeyConfig::version);
         let r = resolve(config, req.defaults, req.tiers, req.mode);
-        let listed: Vec<(Policy, Source)> = match &r {
+        let (ps, sources): (Vec<Policy>, Vec<Source>) = match &r {
             Resolution::AllDefaults => {
                 let place = Place { cell, shard, index };
                 return self.check_set(place, req, req.defaults, version);
@@ -105,9 +105,8 @@ impl<C> MemoryBackend<C> {
                 .iter()
                 .filter_map(|&pick| r.policy(pick, config, req.defaults, req.tiers))
                 .map(|(p, s)| (p.clone(), s))
-                .collect(),
+                .unzip(),
         };
-        let (ps, sources): (Vec<Policy>, Vec<Source>) = listed.into_iter().unzip();
         let place = Place { cell, shard, index };
         Ok(self
             .check_set(place, req, &ps, version)?

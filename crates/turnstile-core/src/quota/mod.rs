@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::policy::Policy;
 
-pub(crate) use resolve::{resolve, Resolution};
+pub(crate) use resolve::{resolve, Resolution, SCAN_MAX};
 
 /// The most policies one check may carry, and one policy set may hold (a rule's, a tier's,
 /// an override): 512. Everything that makes a set refuses a larger one

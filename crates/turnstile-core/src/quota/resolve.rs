@@ -10,8 +10,9 @@ use std::sync::Arc;
 use super::{Applied, KeyConfig, Mode, Source, Tier};
 use crate::policy::Policy;
 
-/// Up to this many policies, a set is searched by scanning it; beyond, through a map.
-const SCAN_MAX: usize = 8;
+/// Up to this many policies, a set is searched by scanning it; beyond, through a map (also
+/// the in-memory backend's rule for a key's slots).
+pub(crate) const SCAN_MAX: usize = 8;
 
 /// Where one policy of a check comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
