@@ -234,6 +234,10 @@ fn open(args: &QuotaArgs, config: Option<&LayerConfig>) -> Result<RedisBackend, 
         .or_else(|| backend.and_then(|b| b.prefix()))
         .unwrap_or(turnstile_redis::DEFAULT_PREFIX);
     let mut builder = args.tls.apply(RedisBackend::builder(url));
+    // The service's key cap: the keys it takes, this command reaches.
+    if let Some(n) = backend.and_then(|b| b.max_key_bytes()) {
+        builder = builder.max_key_bytes(n);
+    }
     if let Some(b) = backend.filter(|_| args.tls.is_empty()) {
         if let Some(ca) = b.tls_ca() {
             builder = builder.tls_ca_file(ca);

@@ -443,3 +443,44 @@ fn an_override_over_the_policy_cap_is_refused() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("more than the 512"), "{}", stderr(&o));
 }
+
+/// `--config` takes the services' key cap too (`[backend] max_key_bytes`): a key the
+/// services take, longer than the default 512 bytes, is reached; without the setting it is
+/// refused as too long.
+#[test]
+fn a_configuration_files_key_cap_is_the_commands() {
+    let redis = TestRedis::get();
+    let prefix = format!("turnstile:cli-keycap:{}", std::process::id());
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/turnstile.toml");
+    let base = std::fs::read_to_string(example)
+        .unwrap()
+        .replace(
+            "url = \"redis://127.0.0.1:6379\"",
+            &format!("url = \"{}\"", redis.url()),
+        )
+        .replace(
+            "prefix = \"turnstile:v1\"",
+            &format!("prefix = \"{prefix}\""),
+        );
+    let capped = base.replace(
+        &format!("prefix = \"{prefix}\""),
+        &format!("prefix = \"{prefix}\"\nmax_key_bytes = 1024"),
+    );
+    assert_ne!(base, capped);
+    let dir = std::env::temp_dir().join(format!("turnstile-quota-keycap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let long = "k".repeat(700);
+    let run = |name: &str, text: &str| {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args(["quota", "--config", file.to_str().unwrap(), "get", &long])
+            .output()
+            .expect("the turnstile binary runs")
+    };
+    let o = run("capped.toml", &capped);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run("default.toml", &base);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("512"), "{}", stderr(&o));
+}

@@ -101,7 +101,8 @@ impl Learned {
                 .iter()
                 .zip(decision.policies())
                 .all(|((p, _), d)| p == d.policy());
-        seen.recorded = recorded;
+        // (Numbered before the lock: a racing answer may store after a later-numbered one.)
+        seen.recorded = seen.recorded.max(recorded);
         // A new answer: the key's next outage starts from it.
         seen.primed = false;
         if overlapped {
