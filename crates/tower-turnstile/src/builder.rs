@@ -85,7 +85,7 @@ impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
     /// The defaults: in memory, keyed by peer IP, no policy yet.
     pub(crate) fn new() -> Self {
         RateLimitLayerBuilder {
-            backend: layer_memory().build(),
+            backend: crate::limiter::layer_memory().build(),
             key: PeerIp::new(),
             parts: Parts {
                 policies: Vec::new(),
@@ -107,16 +107,6 @@ impl RateLimitLayerBuilder<MemoryBackend, PeerIp> {
             },
         }
     }
-}
-
-/// The in-memory backend a layer makes for itself (its default, and a configuration file's):
-/// it sweeps its expired keys every second on the runtime of the first request that adds a
-/// key, so a flood's keys go without traffic, and stops with the backend. It takes keys of
-/// any length: the layer refuses those longer than its own cap before any check.
-pub(crate) fn layer_memory() -> turnstile_core::MemoryBackendBuilder {
-    MemoryBackend::builder()
-        .max_key_bytes(usize::MAX)
-        .sweep_every(crate::limiter::SWEEP_EVERY)
 }
 
 /// The longest key a layer takes: `set` ([`RateLimitLayerBuilder::max_key_bytes`]), which

@@ -22,6 +22,17 @@ use crate::tier::{Chosen, TierFn};
 /// drop their expired keys, without traffic.
 pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The in-memory backend a layer makes for itself (its default, a configuration file's, the
+/// local fallback's): it sweeps its expired keys every [`SWEEP_EVERY`] on the runtime of the
+/// first request that adds a key, so a flood's keys go without traffic, and stops with the
+/// backend. It takes keys of any length: the layer refuses those longer than its own cap
+/// before any check.
+pub(crate) fn layer_memory() -> turnstile_core::MemoryBackendBuilder {
+    turnstile_core::MemoryBackend::builder()
+        .max_key_bytes(usize::MAX)
+        .sweep_every(SWEEP_EVERY)
+}
+
 /// The rate limiter a built layer runs: everything a service and its futures need.
 pub(crate) struct Limiter<B, K> {
     /// The backend, behind the local fallback the failure policy asks for.
@@ -82,9 +93,7 @@ impl Settings {
     /// sweeps itself every second once it holds a key; it takes keys of any length, as the
     /// layer refuses those longer than `backend` takes before any check.
     pub(crate) fn fallback<B>(&self, backend: B) -> Fallback<B> {
-        let local = crate::builder::layer_memory()
-            .max_keys(DEFAULT_FALLBACK_MAX_KEYS)
-            .build();
+        let local = layer_memory().max_keys(DEFAULT_FALLBACK_MAX_KEYS).build();
         Fallback::with_local_share(backend, self.failure, local, self.unknown_share)
     }
 }

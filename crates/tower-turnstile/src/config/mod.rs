@@ -128,7 +128,7 @@ impl LayerConfig {
     /// max_key_bytes` if set). Add or change anything with
     /// the builder's methods — [`RateLimitLayerBuilder::backend`] for Redis — then `build`.
     pub fn builder(&self) -> RateLimitLayerBuilder<MemoryBackend, ConfigKey> {
-        let backend = crate::builder::layer_memory()
+        let backend = crate::limiter::layer_memory()
             .max_keys(self.backend.max_keys)
             .build();
         let mut b = RateLimitLayer::builder()
